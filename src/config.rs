@@ -1,0 +1,409 @@
+//! Kyuubi configuration keys -> typed podsweep settings.
+//!
+//! podsweep reads Kyuubi's own keys with Kyuubi's defaults, so a server passes its `KyuubiConf`
+//! as it is. Every error names the key it came from.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Kyuubi's key names.
+pub mod keys {
+    pub const CLEANUP_KIND: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind";
+    pub const RETAIN_PERIOD: &str = "kyuubi.kubernetes.terminatedApplicationRetainPeriod";
+    pub const CONTEXT_ALLOW_LIST: &str = "kyuubi.kubernetes.context.allow.list";
+    pub const NAMESPACE_ALLOW_LIST: &str = "kyuubi.kubernetes.namespace.allow.list";
+    pub const KUBE_CONTEXT: &str = "kyuubi.kubernetes.context";
+    pub const KUBE_NAMESPACE: &str = "kyuubi.kubernetes.namespace";
+    pub const HA_ADDRESSES: &str = "kyuubi.ha.addresses";
+    pub const HA_ZK_QUORUM: &str = "kyuubi.ha.zookeeper.quorum";
+    pub const HA_NAMESPACE: &str = "kyuubi.ha.namespace";
+    pub const HA_ZK_NAMESPACE: &str = "kyuubi.ha.zookeeper.namespace";
+    pub const HA_CLIENT_CLASS: &str = "kyuubi.ha.client.class";
+    pub const ZK_SESSION_TIMEOUT: &str = "kyuubi.ha.zookeeper.session.timeout";
+    pub const ZK_CONNECTION_TIMEOUT: &str = "kyuubi.ha.zookeeper.connection.timeout";
+}
+
+/// Kyuubi's HA client class names.
+pub const ZK_CLIENT_CLASS: &str = "org.apache.kyuubi.ha.client.zookeeper.ZookeeperDiscoveryClient";
+pub const ETCD_CLIENT_CLASS: &str = "org.apache.kyuubi.ha.client.etcd.EtcdDiscoveryClient";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{key}: {message} (got {value:?})")]
+    Invalid {
+        key: String,
+        value: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    pub fn invalid(key: &str, value: &str, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The key the error is about.
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigError::Invalid { key, .. } => key,
+        }
+    }
+}
+
+/// Kyuubi's `KubernetesCleanupDriverPodStrategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CleanupKind {
+    /// Delete nothing (Kyuubi's default).
+    None,
+    /// Delete every terminated driver pod.
+    All,
+    /// Delete only driver pods whose application FINISHED.
+    Completed,
+}
+
+impl CleanupKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupKind::None => "NONE",
+            CleanupKind::All => "ALL",
+            CleanupKind::Completed => "COMPLETED",
+        }
+    }
+}
+
+/// Which HA backend elects the cleanup leaders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HaSettings {
+    /// No HA backend: every server cleans up on its own (Kyuubi today).
+    Local,
+    ZooKeeper(ZkSettings),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkSettings {
+    /// Connect string, `host:port[,host:port...][/chroot]`.
+    pub addresses: String,
+    /// Kyuubi's `kyuubi.ha.namespace`; podsweep's latches live under `/<namespace>-podsweep`.
+    pub namespace: String,
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+}
+
+impl ZkSettings {
+    /// The ZooKeeper path under which every scope's latch lives.
+    pub fn root(&self) -> String {
+        format!("/{}-podsweep/latches", self.namespace.trim_matches('/'))
+    }
+}
+
+/// Everything podsweep needs, parsed from a Kyuubi configuration map.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub kind: CleanupKind,
+    pub retain: Duration,
+    pub context_allow: BTreeSet<String>,
+    pub namespace_allow: BTreeSet<String>,
+    pub ha: HaSettings,
+    /// The raw configuration, kept for the per-scope Kubernetes client overlay.
+    pub raw: HashMap<String, String>,
+}
+
+impl Settings {
+    pub fn from_map(raw: HashMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |k: &str| raw.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let kind = match get(keys::CLEANUP_KIND) {
+            None => CleanupKind::None,
+            Some(v) => match v.to_ascii_uppercase().as_str() {
+                "NONE" => CleanupKind::None,
+                "ALL" => CleanupKind::All,
+                "COMPLETED" => CleanupKind::Completed,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        keys::CLEANUP_KIND,
+                        v,
+                        "expected NONE, ALL or COMPLETED",
+                    ))
+                }
+            },
+        };
+        let retain = match get(keys::RETAIN_PERIOD) {
+            None => Duration::from_secs(300),
+            Some(v) => parse_time(keys::RETAIN_PERIOD, v)?,
+        };
+        if retain.is_zero() {
+            return Err(ConfigError::invalid(
+                keys::RETAIN_PERIOD,
+                get(keys::RETAIN_PERIOD).unwrap_or(""),
+                "must be greater than zero",
+            ));
+        }
+        let list = |k: &str| -> BTreeSet<String> {
+            get(k)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let ha = parse_ha(&get)?;
+        Ok(Settings {
+            kind,
+            retain,
+            context_allow: list(keys::CONTEXT_ALLOW_LIST),
+            namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
+            ha,
+            raw: raw.clone(),
+        })
+    }
+
+    /// The value of a key, trimmed, if set and not empty.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.raw
+            .get(key)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, ConfigError> {
+    let addresses = get(keys::HA_ADDRESSES).or_else(|| get(keys::HA_ZK_QUORUM));
+    let Some(addresses) = addresses else {
+        return Ok(HaSettings::Local);
+    };
+    let class = get(keys::HA_CLIENT_CLASS).unwrap_or(ZK_CLIENT_CLASS);
+    if class == ETCD_CLIENT_CLASS {
+        return Err(ConfigError::invalid(
+            keys::HA_CLIENT_CLASS,
+            class,
+            "the etcd backend is not available in this build yet",
+        ));
+    }
+    if class != ZK_CLIENT_CLASS {
+        return Err(ConfigError::invalid(
+            keys::HA_CLIENT_CLASS,
+            class,
+            format!("expected {ZK_CLIENT_CLASS} or {ETCD_CLIENT_CLASS}"),
+        ));
+    }
+    let namespace = get(keys::HA_NAMESPACE)
+        .or_else(|| get(keys::HA_ZK_NAMESPACE))
+        .unwrap_or("kyuubi")
+        .to_owned();
+    if namespace.trim_matches('/').is_empty() || namespace.contains("//") {
+        return Err(ConfigError::invalid(
+            keys::HA_NAMESPACE,
+            &namespace,
+            "must name a ZooKeeper node",
+        ));
+    }
+    let ms = |key: &str, default: u64| -> Result<Duration, ConfigError> {
+        match get(key) {
+            None => Ok(Duration::from_millis(default)),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+                _ => Err(ConfigError::invalid(key, v, "expected a positive number of milliseconds")),
+            },
+        }
+    };
+    Ok(HaSettings::ZooKeeper(ZkSettings {
+        addresses: addresses.to_owned(),
+        namespace,
+        session_timeout: ms(keys::ZK_SESSION_TIMEOUT, 60_000)?,
+        connection_timeout: ms(keys::ZK_CONNECTION_TIMEOUT, 15_000)?,
+    }))
+}
+
+/// Parses a Kyuubi time value: a plain number of milliseconds, or an ISO-8601 duration such as
+/// `PT5M`, `PT1.5S` or `P1DT2H` (days, hours, minutes, seconds; as `java.time.Duration.parse`).
+pub fn parse_time(key: &str, value: &str) -> Result<Duration, ConfigError> {
+    let v = value.trim();
+    if let Ok(ms) = v.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
+    }
+    parse_iso8601(v).ok_or_else(|| {
+        ConfigError::invalid(
+            key,
+            value,
+            "expected milliseconds or an ISO-8601 duration such as PT5M",
+        )
+    })
+}
+
+fn parse_iso8601(v: &str) -> Option<Duration> {
+    let upper = v.to_ascii_uppercase();
+    let rest = upper.strip_prefix('+').unwrap_or(&upper).strip_prefix('P')?;
+    let (date, time) = match rest.split_once('T') {
+        Some((d, t)) => {
+            if t.is_empty() {
+                return None;
+            }
+            (d, Some(t))
+        }
+        None => (rest, None),
+    };
+    if date.is_empty() && time.is_none() {
+        return None;
+    }
+    let mut nanos: u128 = 0;
+    let mut add = |num: &str, unit: char, allow_fraction: bool| -> Option<()> {
+        let (int, frac) = match num.split_once('.') {
+            Some((i, f)) if allow_fraction && !f.is_empty() && f.len() <= 9 => (i, f),
+            Some(_) => return None,
+            None => (num, ""),
+        };
+        if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if !frac.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let unit_ns: u128 = match unit {
+            'D' => 86_400_000_000_000,
+            'H' => 3_600_000_000_000,
+            'M' => 60_000_000_000,
+            'S' => 1_000_000_000,
+            _ => return None,
+        };
+        let whole: u128 = int.parse().ok()?;
+        let frac_ns: u128 = if frac.is_empty() {
+            0
+        } else {
+            format!("{frac:0<9}").parse().ok()?
+        };
+        nanos = nanos.checked_add(whole.checked_mul(unit_ns)?.checked_add(frac_ns)?)?;
+        Some(())
+    };
+    let walk = |s: &str, units: &[char], add: &mut dyn FnMut(&str, char, bool) -> Option<()>| {
+        let mut num = String::new();
+        let mut next_unit = 0;
+        for c in s.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                num.push(c);
+                continue;
+            }
+            let pos = units[next_unit..].iter().position(|u| *u == c)? + next_unit;
+            if num.is_empty() {
+                return None;
+            }
+            add(&num, c, c == 'S')?;
+            num.clear();
+            next_unit = pos + 1;
+        }
+        num.is_empty().then_some(())
+    };
+    walk(date, &['D'], &mut add)?;
+    if let Some(t) = time {
+        walk(t, &['H', 'M', 'S'], &mut add)?;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+    Some(Duration::new(secs, (nanos % 1_000_000_000) as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_are_kyuubis() {
+        let s = Settings::from_map(HashMap::new()).unwrap();
+        assert_eq!(s.kind, CleanupKind::None);
+        assert_eq!(s.retain, Duration::from_secs(300));
+        assert_eq!(s.ha, HaSettings::Local);
+        assert!(s.context_allow.is_empty() && s.namespace_allow.is_empty());
+    }
+
+    #[test]
+    fn time_values() {
+        let table: &[(&str, Option<Duration>)] = &[
+            ("300000", Some(Duration::from_secs(300))),
+            ("PT5M", Some(Duration::from_secs(300))),
+            ("pt5m", Some(Duration::from_secs(300))),
+            ("PT1.5S", Some(Duration::from_millis(1500))),
+            ("P1DT2H", Some(Duration::from_secs(26 * 3600))),
+            ("P2D", Some(Duration::from_secs(2 * 86400))),
+            ("PT1H30M", Some(Duration::from_secs(5400))),
+            ("PT0.001S", Some(Duration::from_millis(1))),
+            ("PT", None),
+            ("P", None),
+            ("PT5", None),
+            ("PT5M1H", None),
+            ("5m", None),
+            ("-PT5M", None),
+            ("PT1.5M", None),
+            ("", None),
+        ];
+        for (input, want) in table {
+            let got = parse_time("k", input).ok();
+            assert_eq!(got, *want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Settings::from_map(conf(&[(keys::CLEANUP_KIND, "SOME")])).unwrap_err();
+        assert_eq!(e.key(), keys::CLEANUP_KIND);
+        assert!(e.to_string().contains(keys::CLEANUP_KIND));
+        let e = Settings::from_map(conf(&[(keys::RETAIN_PERIOD, "soon")])).unwrap_err();
+        assert_eq!(e.key(), keys::RETAIN_PERIOD);
+        let e = Settings::from_map(conf(&[(keys::RETAIN_PERIOD, "0")])).unwrap_err();
+        assert_eq!(e.key(), keys::RETAIN_PERIOD);
+        let e = Settings::from_map(conf(&[
+            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+            (keys::ZK_SESSION_TIMEOUT, "ten"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.key(), keys::ZK_SESSION_TIMEOUT);
+        let e = Settings::from_map(conf(&[
+            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+            (keys::HA_CLIENT_CLASS, "com.example.Nope"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.key(), keys::HA_CLIENT_CLASS);
+    }
+
+    #[test]
+    fn kinds_and_lists() {
+        let s = Settings::from_map(conf(&[
+            (keys::CLEANUP_KIND, "completed"),
+            (keys::CONTEXT_ALLOW_LIST, "a, b,,"),
+            (keys::NAMESPACE_ALLOW_LIST, "spark"),
+        ]))
+        .unwrap();
+        assert_eq!(s.kind, CleanupKind::Completed);
+        assert_eq!(s.context_allow.len(), 2);
+        assert!(s.namespace_allow.contains("spark"));
+    }
+
+    #[test]
+    fn zookeeper_from_ha_keys_with_deprecated_fallbacks() {
+        let s = Settings::from_map(conf(&[
+            (keys::HA_ZK_QUORUM, "127.0.0.1:2181"),
+            (keys::HA_ZK_NAMESPACE, "kyuubi_prod"),
+            (keys::ZK_SESSION_TIMEOUT, "8000"),
+        ]))
+        .unwrap();
+        let HaSettings::ZooKeeper(zk) = s.ha else {
+            panic!("expected zookeeper")
+        };
+        assert_eq!(zk.addresses, "127.0.0.1:2181");
+        assert_eq!(zk.root(), "/kyuubi_prod-podsweep/latches");
+        assert_eq!(zk.session_timeout, Duration::from_millis(8000));
+        assert_eq!(zk.connection_timeout, Duration::from_millis(15000));
+    }
+}

@@ -1,0 +1,217 @@
+//! Leader election: one small interface, several backends.
+//!
+//! Every scope campaigns on its own. A backend reports what it knows through a [`LeaderSignal`];
+//! the sweeper reads it through an [`ElectionHandle`].
+//!
+//! # Guarantees
+//! * [`ElectionHandle::may_act`] is true only while the backend says `Leading` **and** the local
+//!   monotonic lease deadline set by the backend has not passed. A backend extends the deadline
+//!   only after a successful round trip to its server, counted from when the request was *sent*,
+//!   so a process that was frozen wakes up with an expired lease and sends nothing.
+//! * Leadership is an efficiency lock, not a correctness lock: the Kubernetes API cannot check a
+//!   fencing token. Two leaders may overlap for at most the lease margin; the cost is a duplicate
+//!   DELETE that ends in 404 or 409.
+//!
+//! # Caveats
+//! * A backend must release leadership before its campaign future returns after cancellation.
+
+pub mod local;
+pub mod zookeeper;
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::scope::Scope;
+
+/// What a candidate knows about its own leadership of one scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leadership {
+    /// Another candidate leads, or the election has not been decided yet.
+    Following,
+    /// This candidate leads and may delete.
+    Leading,
+    /// This candidate led, but contact with the backend is in doubt (disconnected, or close to its
+    /// lease deadline). It sends nothing until contact is confirmed again.
+    Paused,
+    /// The backend cannot be reached; nobody here may act.
+    NoQuorum,
+}
+
+impl Leadership {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Leadership::Following => "FOLLOWING",
+            Leadership::Leading => "LEADING",
+            Leadership::Paused => "PAUSED",
+            Leadership::NoQuorum => "NO_QUORUM",
+        }
+    }
+}
+
+/// A leadership state with when it began and why.
+#[derive(Clone, Debug)]
+pub struct Status {
+    pub leadership: Leadership,
+    pub since: Instant,
+    pub reason: String,
+}
+
+type LeaseCell = Arc<Mutex<Option<Instant>>>;
+
+/// The backend's side: how a campaign reports its state.
+#[derive(Clone)]
+pub struct LeaderSignal {
+    status: Arc<watch::Sender<Status>>,
+    lease: LeaseCell,
+}
+
+impl LeaderSignal {
+    fn new() -> (Self, watch::Receiver<Status>, LeaseCell) {
+        let (tx, rx) = watch::channel(Status {
+            leadership: Leadership::Following,
+            since: Instant::now(),
+            reason: "campaign starting".into(),
+        });
+        let lease: LeaseCell = Arc::default();
+        (
+            LeaderSignal {
+                status: Arc::new(tx),
+                lease: lease.clone(),
+            },
+            rx,
+            lease,
+        )
+    }
+
+    fn set_lease(&self, until: Option<Instant>) {
+        let mut cell = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        *cell = until;
+    }
+
+    fn transition(&self, to: Leadership, reason: &str) {
+        self.status.send_if_modified(|s| {
+            if s.leadership == to {
+                return false;
+            }
+            *s = Status {
+                leadership: to,
+                since: Instant::now(),
+                reason: reason.to_owned(),
+            };
+            true
+        });
+    }
+
+    /// Leading, with the right to act until `until` (a local monotonic deadline).
+    pub fn lead_until(&self, until: Instant, reason: &str) {
+        self.set_lease(Some(until));
+        self.transition(Leadership::Leading, reason);
+    }
+
+    /// Moves the lease deadline of a current leader; does not change the state.
+    pub fn extend_until(&self, until: Instant) {
+        self.set_lease(Some(until));
+    }
+
+    /// Still holding leadership on the server, but acting is suspended.
+    pub fn pause(&self, reason: &str) {
+        self.transition(Leadership::Paused, reason);
+    }
+
+    pub fn follow(&self, reason: &str) {
+        self.set_lease(None);
+        self.transition(Leadership::Following, reason);
+    }
+
+    pub fn no_quorum(&self, reason: &str) {
+        self.set_lease(None);
+        self.transition(Leadership::NoQuorum, reason);
+    }
+
+    pub fn current(&self) -> Leadership {
+        self.status.borrow().leadership
+    }
+}
+
+/// A leader-election backend.
+pub trait Backend: Send + Sync + 'static {
+    /// Short name for logs and status: `local`, `zookeeper`, `etcd`.
+    fn name(&self) -> &'static str;
+
+    /// Campaigns for `scope` as `identity` until `cancel` fires, reporting through `signal`.
+    ///
+    /// The future must survive backend outages (retrying with backoff) and, once `cancel` fires,
+    /// release leadership before it returns.
+    fn campaign(
+        &self,
+        scope: Scope,
+        identity: String,
+        signal: LeaderSignal,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ()>;
+}
+
+/// The sweeper's side of one scope's election.
+pub struct ElectionHandle {
+    status: watch::Receiver<Status>,
+    lease: LeaseCell,
+    cancel: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl ElectionHandle {
+    /// Starts a campaign on the current tokio runtime.
+    pub fn start(backend: &Arc<dyn Backend>, scope: Scope, identity: String) -> Self {
+        let (signal, status, lease) = LeaderSignal::new();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(backend.campaign(scope, identity, signal, cancel.clone()));
+        ElectionHandle {
+            status,
+            lease,
+            cancel,
+            task: Some(task),
+        }
+    }
+
+    /// True when a DELETE may be sent now: leading, and the lease deadline is still ahead.
+    pub fn may_act(&self) -> bool {
+        if self.status.borrow().leadership != Leadership::Leading {
+            return false;
+        }
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(*lease, Some(until) if Instant::now() < until)
+    }
+
+    /// The current lease deadline, if any.
+    pub fn lease_deadline(&self) -> Option<Instant> {
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that wakes on every state change.
+    pub fn watch(&self) -> watch::Receiver<Status> {
+        self.status.clone()
+    }
+
+    /// Stops campaigning and waits until leadership is released.
+    pub async fn close(mut self) {
+        self.cancel.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ElectionHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}

@@ -1,0 +1,1 @@
+//! ZooKeeper backend (in progress).
