@@ -1,0 +1,104 @@
+// podsweep JVM binding: Java 8 bytecode API around libpodsweep.so, Scala tests and demo.
+//
+// The native library is taken from the Rust build in the repository root
+// (target/x86_64-unknown-linux-gnu/release/libpodsweep.so, built by scripts/package) or from the
+// file named by the environment variable PODSWEEP_NATIVE_LIB, and shipped as the resource
+// native/linux/x86_64/libpodsweep.so. Tests load it through NativeLoader's extraction path, i.e.
+// exactly the way the packaged jar is used.
+
+import java.util.zip.ZipFile
+
+val repoRoot = settingKey[File]("root of the podsweep repository")
+val nativeLibrary = settingKey[File]("the libpodsweep.so to ship")
+val nativeResource = "native/linux/x86_64/libpodsweep.so"
+val platformClassifier = "linux-x86_64"
+
+// The crate version is the single source of truth for the artifact version.
+def crateVersion(root: File): String = {
+  val cargo = root / "Cargo.toml"
+  val Version = """^version\s*=\s*"([^"]+)"\s*$""".r
+  IO.readLines(cargo).collectFirst { case Version(v) => v }
+    .getOrElse(sys.error(s"no version line in $cargo"))
+}
+
+val slf4jVersion = "1.7.36"
+val fabric8Version = "6.14.0"
+val curatorVersion = "5.7.1"
+
+lazy val root = (project in file("."))
+  .settings(
+    name := "podsweep",
+    organization := "org.podsweep",
+    repoRoot := baseDirectory.value.getParentFile,
+    version := crateVersion(repoRoot.value),
+    scalaVersion := "2.12.20",
+    // Main code is Java only: no Scala suffix, no scala-library dependency in the published jar.
+    crossPaths := false,
+    autoScalaLibrary := false,
+    Compile / compile / javacOptions ++= Seq("--release", "8", "-Xlint:all", "-Werror"),
+    Compile / doc / javacOptions ++= Seq("--release", "8", "-Xdoclint:none"),
+    scalacOptions ++= Seq("-release", "8", "-deprecation", "-feature", "-unchecked"),
+    libraryDependencies ++= Seq(
+      "org.slf4j" % "slf4j-api" % slf4jVersion % Provided,
+      "org.scala-lang" % "scala-library" % scalaVersion.value % Test,
+      "org.scalatest" %% "scalatest" % "3.2.19" % Test,
+      "io.fabric8" % "kubernetes-client" % fabric8Version % Test,
+      "io.fabric8" % "kubernetes-httpclient-okhttp" % fabric8Version % Test,
+      "io.fabric8" % "kubernetes-server-mock" % fabric8Version % Test,
+      "org.apache.curator" % "curator-test" % curatorVersion % Test,
+      "org.apache.curator" % "curator-framework" % curatorVersion % Test,
+      "com.google.guava" % "guava" % "33.4.8-jre" % Test,
+      "org.slf4j" % "slf4j-simple" % "2.0.13" % Test // fabric8 brings slf4j-api 2.x into tests
+    ),
+    nativeLibrary := sys.env.get("PODSWEEP_NATIVE_LIB").filter(_.nonEmpty).map(file)
+      .getOrElse(repoRoot.value / "target" / "x86_64-unknown-linux-gnu" / "release" / "libpodsweep.so"),
+    Compile / resourceGenerators += Def.task {
+      val src = nativeLibrary.value
+      val dst = (Compile / resourceManaged).value / nativeResource
+      val log = streams.value.log
+      if (src.isFile) {
+        IO.copyFile(src, dst, preserveLastModified = true)
+        Seq(dst)
+      } else {
+        log.warn(s"native library $src not found; build it with scripts/package")
+        IO.delete(dst)
+        Seq.empty
+      }
+    }.taskValue,
+    // podsweep-<version>-linux-x86_64.jar, and refuse to package a jar without the library.
+    Compile / packageBin / artifactClassifier := Some(platformClassifier),
+    Compile / packageBin / artifactPath :=
+      target.value / s"${name.value}-${version.value}-$platformClassifier.jar",
+    Compile / packageBin := {
+      val jar = (Compile / packageBin).value
+      val zip = new ZipFile(jar)
+      try {
+        if (zip.getEntry(nativeResource) == null)
+          sys.error(s"$jar has no $nativeResource (missing ${nativeLibrary.value}?)")
+      } finally zip.close()
+      jar
+    },
+    Compile / packageDoc / publishArtifact := false,
+    Test / fork := true,
+    Test / parallelExecution := false,
+    Test / testForkedParallel := false,
+    Test / javaOptions ++= Seq(
+      "-Xmx1g",
+      "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+      "-Dorg.slf4j.simpleLogger.log.org.podsweep=info",
+      "-Dorg.slf4j.simpleLogger.showDateTime=true",
+      "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+      s"-Dorg.slf4j.simpleLogger.logFile=${(target.value / "test-output.log").getAbsolutePath}",
+      "-Dzookeeper.admin.enableServer=false"
+    ),
+    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oDF"),
+    Test / run / fork := true,
+    Test / run / javaOptions ++= Seq(
+      "-Xmx1g",
+      "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+      s"-Dorg.slf4j.simpleLogger.logFile=${(target.value / "demo-output.log").getAbsolutePath}",
+      "-Dzookeeper.admin.enableServer=false"
+    ),
+    Test / run / connectInput := false,
+    Test / run / outputStrategy := Some(StdoutOutput)
+  )

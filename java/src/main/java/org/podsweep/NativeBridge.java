@@ -1,0 +1,41 @@
+package org.podsweep;
+
+/**
+ * The JNI entry points of libpodsweep.so. Only {@link PodSweeper} (and tests) call these, always
+ * after {@link NativeLoader#load()}.
+ *
+ * <p>Error policy of the native side: a bad configuration value throws
+ * {@link IllegalArgumentException} naming the Kyuubi key; a bad argument throws
+ * {@link IllegalArgumentException} naming the argument; a handle that is not open throws
+ * {@link IllegalStateException}; anything else (including a caught panic) throws
+ * {@link PodsweepException}. No entry point blocks on the network.
+ */
+final class NativeBridge {
+  private NativeBridge() {}
+
+  /** Parses the Kyuubi configuration and starts the engine; returns a non-zero handle. */
+  static native long create(String[] keys, String[] values, String serverId);
+
+  static native void observe(
+      long handle,
+      String context,
+      String namespace,
+      int eventKind,
+      String uniqueTag,
+      String podName,
+      String podUid,
+      String appState,
+      boolean hasAppSelector,
+      long terminatedAtMillis,
+      boolean deletionTimestampSet);
+
+  static native boolean isLeader(long handle, String context, String namespace);
+
+  static native String scopeStatus(long handle, String context, String namespace);
+
+  /** Releases leadership and frees the handle; deletes nothing. Called at most once per handle. */
+  static native void close(long handle);
+
+  /** Panics inside native code; the panic must surface as {@link PodsweepException}. */
+  static native void panicForTest();
+}
