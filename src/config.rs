@@ -210,7 +210,11 @@ fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, Co
             None => Ok(Duration::from_millis(default)),
             Some(v) => match v.parse::<u64>() {
                 Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
-                _ => Err(ConfigError::invalid(key, v, "expected a positive number of milliseconds")),
+                _ => Err(ConfigError::invalid(
+                    key,
+                    v,
+                    "expected a positive number of milliseconds",
+                )),
             },
         }
     };
@@ -240,7 +244,10 @@ pub fn parse_time(key: &str, value: &str) -> Result<Duration, ConfigError> {
 
 fn parse_iso8601(v: &str) -> Option<Duration> {
     let upper = v.to_ascii_uppercase();
-    let rest = upper.strip_prefix('+').unwrap_or(&upper).strip_prefix('P')?;
+    let rest = upper
+        .strip_prefix('+')
+        .unwrap_or(&upper)
+        .strip_prefix('P')?;
     let (date, time) = match rest.split_once('T') {
         Some((d, t)) => {
             if t.is_empty() {

@@ -19,6 +19,17 @@
 //! 6. JNI entry points never block on the network and never let a panic cross the boundary.
 //! 7. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
 
+pub mod clock;
 pub mod config;
+pub mod deleter;
 pub mod election;
+pub mod engine;
+pub mod jni;
+pub mod kube_client;
+pub mod logging;
+pub mod metrics;
+pub mod model;
+pub mod schedule;
 pub mod scope;
+pub mod sweeper;
+pub mod tracker;

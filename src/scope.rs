@@ -39,7 +39,8 @@ impl Scope {
     }
 
     fn len_hint(&self) -> usize {
-        self.context.as_ref().map_or(0, String::len) + self.namespace.as_ref().map_or(0, String::len)
+        self.context.as_ref().map_or(0, String::len)
+            + self.namespace.as_ref().map_or(0, String::len)
     }
 }
 
@@ -85,7 +86,10 @@ mod tests {
             Scope::new(None, None),
             Scope::new(Some("_"), None),
             Scope::new(None, Some("default")),
-            Scope::new(Some("arn:aws:eks:us-east-1:123:cluster/prod"), Some("spark")),
+            Scope::new(
+                Some("arn:aws:eks:us-east-1:123:cluster/prod"),
+                Some("spark"),
+            ),
             Scope::new(Some("a.n=b"), None),
             Scope::new(Some("a"), Some("n=b")),
             Scope::new(Some(".."), Some(".")),
@@ -101,7 +105,11 @@ mod tests {
         }
         assert_eq!(Scope::new(None, None).encoded(), "c_.n_");
         assert_eq!(
-            Scope::new(Some("arn:aws:eks:us-east-1:123:cluster/prod"), Some("spark")).encoded(),
+            Scope::new(
+                Some("arn:aws:eks:us-east-1:123:cluster/prod"),
+                Some("spark")
+            )
+            .encoded(),
             "c=arn%3Aaws%3Aeks%3Aus-east-1%3A123%3Acluster%2Fprod.n=spark"
         );
     }

@@ -180,11 +180,15 @@ impl ElectionHandle {
 
     /// True when a DELETE may be sent now: leading, and the lease deadline is still ahead.
     pub fn may_act(&self) -> bool {
-        if self.status.borrow().leadership != Leadership::Leading {
-            return false;
+        self.authority().may_act()
+    }
+
+    /// A cheap, cloneable view that answers [`ElectionHandle::may_act`] from another task.
+    pub fn authority(&self) -> Authority {
+        Authority {
+            status: self.status.clone(),
+            lease: self.lease.clone(),
         }
-        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        matches!(*lease, Some(until) if Instant::now() < until)
     }
 
     /// The current lease deadline, if any.
@@ -207,6 +211,23 @@ impl ElectionHandle {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+}
+
+/// Answers "may this candidate act now?" for one scope; checked right before each DELETE.
+#[derive(Clone)]
+pub struct Authority {
+    status: watch::Receiver<Status>,
+    lease: LeaseCell,
+}
+
+impl Authority {
+    pub fn may_act(&self) -> bool {
+        if self.status.borrow().leadership != Leadership::Leading {
+            return false;
+        }
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(*lease, Some(until) if Instant::now() < until)
     }
 }
 

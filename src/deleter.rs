@@ -1,0 +1,426 @@
+//! Pod DELETE with a UID precondition, and the class of every outcome.
+//!
+//! # Guarantees
+//! * Every DELETE names the pod and carries `preconditions.uid`, so a re-created pod with the same
+//!   name is never deleted (the API server answers 409 instead).
+//! * Every result falls in exactly one [`OutcomeClass`]; status code, reason, message and any
+//!   `Retry-After` are kept for logs and retries.
+//! * kube-rs's own retry layer is turned off for the client used here (see `kube_client`), so a
+//!   429 or 503 reaches the classifier instead of being hidden behind retries.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use http::{HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use kube::core::params::{DeleteParams, Preconditions};
+use kube::core::Request;
+
+/// What became of one DELETE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OutcomeClass {
+    /// Deletion started or done (200/202).
+    Accepted,
+    /// The pod is already gone (404).
+    AlreadyAbsent,
+    /// The name now belongs to another pod: the UID precondition failed (409).
+    Replaced,
+    /// RBAC denies the DELETE (403).
+    Forbidden,
+    /// The API server asks us to slow down (429).
+    Throttled,
+    /// The API server failed (5xx).
+    ServerError,
+    /// No HTTP answer: connect, reset, timeout.
+    Transport,
+    /// Anything else (unexpected status, unreadable reply).
+    Other,
+}
+
+impl OutcomeClass {
+    pub const ALL: [OutcomeClass; 8] = [
+        OutcomeClass::Accepted,
+        OutcomeClass::AlreadyAbsent,
+        OutcomeClass::Replaced,
+        OutcomeClass::Forbidden,
+        OutcomeClass::Throttled,
+        OutcomeClass::ServerError,
+        OutcomeClass::Transport,
+        OutcomeClass::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeClass::Accepted => "accepted",
+            OutcomeClass::AlreadyAbsent => "already_absent",
+            OutcomeClass::Replaced => "replaced",
+            OutcomeClass::Forbidden => "forbidden",
+            OutcomeClass::Throttled => "throttled",
+            OutcomeClass::ServerError => "server_error",
+            OutcomeClass::Transport => "transport",
+            OutcomeClass::Other => "other",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// True when the pod with this UID is gone or going: nothing is left to do for it.
+    pub fn is_done(self) -> bool {
+        matches!(
+            self,
+            OutcomeClass::Accepted | OutcomeClass::AlreadyAbsent | OutcomeClass::Replaced
+        )
+    }
+}
+
+/// One classified DELETE result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub class: OutcomeClass,
+    /// HTTP status, when there was an answer.
+    pub code: Option<u16>,
+    /// The API `Status.reason` (e.g. `Forbidden`), or the transport error kind.
+    pub reason: String,
+    /// The API `Status.message`, or the transport error text.
+    pub message: String,
+    /// From the `Retry-After` header, or `Status.details.retryAfterSeconds`.
+    pub retry_after: Option<Duration>,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.class.as_str())?;
+        if let Some(code) = self.code {
+            write!(f, " (HTTP {code}")?;
+            if !self.reason.is_empty() {
+                write!(f, " {}", self.reason)?;
+            }
+            write!(f, ")")?;
+        } else if !self.reason.is_empty() {
+            write!(f, " ({})", self.reason)?;
+        }
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        if let Some(ra) = self.retry_after {
+            write!(f, "; retry after {}s", ra.as_secs_f64())?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends one DELETE for a pod, by name, guarded by its UID.
+pub trait PodDeleter: Send + Sync + 'static {
+    fn delete(&self, name: &str, uid: &str, dry_run: bool) -> BoxFuture<'static, Outcome>;
+}
+
+/// The DELETE parameters podsweep always sends.
+pub fn delete_params(uid: &str, dry_run: bool) -> DeleteParams {
+    DeleteParams {
+        dry_run,
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+/// [`PodDeleter`] over a kube-rs client.
+#[derive(Clone)]
+pub struct KubeDeleter {
+    client: kube::Client,
+    request: Request,
+}
+
+impl KubeDeleter {
+    pub fn new(client: kube::Client, namespace: &str) -> Self {
+        KubeDeleter {
+            client,
+            request: Request::new(format!("/api/v1/namespaces/{namespace}/pods")),
+        }
+    }
+}
+
+impl PodDeleter for KubeDeleter {
+    fn delete(&self, name: &str, uid: &str, dry_run: bool) -> BoxFuture<'static, Outcome> {
+        let built = self.request.delete(name, &delete_params(uid, dry_run));
+        let client = self.client.clone();
+        Box::pin(async move {
+            let req = match built {
+                Ok(r) => r.map(kube::client::Body::from),
+                Err(e) => {
+                    return Outcome {
+                        class: OutcomeClass::Other,
+                        code: None,
+                        reason: "BadRequest".into(),
+                        message: format!("cannot build the DELETE request: {e}"),
+                        retry_after: None,
+                    }
+                }
+            };
+            match client.send(req).await {
+                Err(e) => classify_transport(&e),
+                Ok(resp) => {
+                    let (parts, body) = resp.into_parts();
+                    let bytes = match body.collect().await {
+                        Ok(c) => c.to_bytes(),
+                        Err(e) => {
+                            return Outcome {
+                                class: OutcomeClass::Transport,
+                                code: Some(parts.status.as_u16()),
+                                reason: "BodyRead".into(),
+                                message: e.to_string(),
+                                retry_after: None,
+                            }
+                        }
+                    };
+                    classify_response(parts.status, &parts.headers, &bytes)
+                }
+            }
+        })
+    }
+}
+
+/// Classifies an error raised before any HTTP answer arrived.
+pub fn classify_transport(e: &kube::Error) -> Outcome {
+    let reason = match e {
+        kube::Error::HyperError(_) => "HyperError",
+        kube::Error::Service(_) => "ServiceError",
+        _ => "ClientError",
+    };
+    let class = match e {
+        kube::Error::HyperError(_) | kube::Error::Service(_) => OutcomeClass::Transport,
+        _ => OutcomeClass::Other,
+    };
+    Outcome {
+        class,
+        code: None,
+        reason: reason.into(),
+        message: error_chain(e),
+        retry_after: None,
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        let next = src.to_string();
+        if !s.contains(&next) {
+            s.push_str(": ");
+            s.push_str(&next);
+        }
+        cur = src.source();
+    }
+    s
+}
+
+/// Classifies an HTTP answer to a DELETE.
+pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Outcome {
+    let code = status.as_u16();
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let field = |name: &str| -> String {
+        parsed
+            .as_ref()
+            .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"))
+            .and_then(|v| v.get(name))
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let class = match code {
+        200..=299 => OutcomeClass::Accepted,
+        404 => OutcomeClass::AlreadyAbsent,
+        409 => OutcomeClass::Replaced,
+        403 => OutcomeClass::Forbidden,
+        429 => OutcomeClass::Throttled,
+        500..=599 => OutcomeClass::ServerError,
+        _ => OutcomeClass::Other,
+    };
+    let mut message = field("message");
+    if message.is_empty() && !status.is_success() {
+        message = String::from_utf8_lossy(&body[..body.len().min(512)])
+            .trim()
+            .to_owned();
+    }
+    let mut reason = field("reason");
+    if reason.is_empty() && !status.is_success() {
+        reason = status.canonical_reason().unwrap_or_default().to_owned();
+    }
+    let details_retry = parsed
+        .as_ref()
+        .and_then(|v| v.pointer("/details/retryAfterSeconds"))
+        .and_then(|v| v.as_u64())
+        .map(Duration::from_secs);
+    let retry_after = headers
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after)
+        .or(details_retry);
+    Outcome {
+        class,
+        code: Some(code),
+        reason,
+        message,
+        retry_after,
+    }
+}
+
+/// `Retry-After`: delay-seconds, or an HTTP date (then the time left until it).
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate_parse(v)?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// Parses an IMF-fixdate such as `Wed, 21 Oct 2015 07:28:00 GMT`.
+fn httpdate_parse(v: &str) -> Option<std::time::SystemTime> {
+    let parts: Vec<&str> = v.split_whitespace().collect();
+    if parts.len() != 6 || parts[5] != "GMT" {
+        return None;
+    }
+    let day: u64 = parts[1].parse().ok()?;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| *m == parts[2])? as u64
+        + 1;
+    let year: i64 = parts[3].parse().ok()?;
+    let hms: Vec<u64> = parts[4]
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    if hms.len() != 3 || !(1..=31).contains(&day) || hms[0] > 23 || hms[1] > 59 || hms[2] > 60 {
+        return None;
+    }
+    let days = days_from_civil(year, month, day)?;
+    let secs = u64::try_from(days).ok()? * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2];
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// Days since 1970-01-01 for a proleptic Gregorian date.
+fn days_from_civil(y: i64, m: u64, d: u64) -> Option<i64> {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_body(code: u16, reason: &str, message: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "code": code, "reason": reason, "message": message
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_status_has_one_class() {
+        let table = [
+            (200, OutcomeClass::Accepted),
+            (202, OutcomeClass::Accepted),
+            (404, OutcomeClass::AlreadyAbsent),
+            (409, OutcomeClass::Replaced),
+            (403, OutcomeClass::Forbidden),
+            (429, OutcomeClass::Throttled),
+            (500, OutcomeClass::ServerError),
+            (503, OutcomeClass::ServerError),
+            (400, OutcomeClass::Other),
+            (401, OutcomeClass::Other),
+        ];
+        for (code, class) in table {
+            let st = StatusCode::from_u16(code).unwrap();
+            let out = classify_response(st, &HeaderMap::new(), &status_body(code, "R", "M"));
+            assert_eq!(out.class, class, "code {code}");
+            assert_eq!(out.code, Some(code));
+        }
+    }
+
+    #[test]
+    fn details_are_kept() {
+        let body = status_body(
+            403,
+            "Forbidden",
+            "pods \"p\" is forbidden: User cannot delete",
+        );
+        let out = classify_response(StatusCode::FORBIDDEN, &HeaderMap::new(), &body);
+        assert_eq!(out.reason, "Forbidden");
+        assert!(out.message.contains("is forbidden"));
+        let shown = out.to_string();
+        assert!(
+            shown.contains("403") && shown.contains("Forbidden") && shown.contains("cannot delete")
+        );
+    }
+
+    #[test]
+    fn non_json_error_body_is_kept_as_message() {
+        let out = classify_response(
+            StatusCode::BAD_GATEWAY,
+            &HeaderMap::new(),
+            b"<html>bad gateway</html>",
+        );
+        assert_eq!(out.class, OutcomeClass::ServerError);
+        assert_eq!(out.reason, "Bad Gateway");
+        assert!(out.message.contains("bad gateway"));
+    }
+
+    #[test]
+    fn retry_after_header_and_details() {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::RETRY_AFTER, "7".parse().unwrap());
+        let out = classify_response(StatusCode::TOO_MANY_REQUESTS, &h, b"{}");
+        assert_eq!(out.retry_after, Some(Duration::from_secs(7)));
+        let body = serde_json::to_vec(&serde_json::json!({
+            "kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "slow down",
+            "details": {"retryAfterSeconds": 3}
+        }))
+        .unwrap();
+        let out = classify_response(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), &body);
+        assert_eq!(out.retry_after, Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn http_dates() {
+        assert_eq!(
+            httpdate_parse("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480))
+        );
+        assert_eq!(
+            httpdate_parse("Thu, 01 Jan 1970 00:00:00 GMT"),
+            Some(std::time::UNIX_EPOCH)
+        );
+        assert_eq!(httpdate_parse("yesterday"), None);
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT"),
+            Some(Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn params_carry_the_uid() {
+        let dp = delete_params("u-1", false);
+        let v = serde_json::to_value(&dp).unwrap();
+        assert_eq!(
+            v.pointer("/preconditions/uid").and_then(|u| u.as_str()),
+            Some("u-1")
+        );
+    }
+}

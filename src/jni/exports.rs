@@ -1,0 +1,196 @@
+//! `org.podsweep.NativeBridge` natives. Each has the same shape: decode, call, resolve.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use jni::objects::{JClass, JObjectArray, JString};
+use jni::sys::{jboolean, jint, jlong, jstring, JNI_FALSE, JNI_TRUE};
+use jni::JNIEnv;
+
+use super::{engine, run, Failure};
+use crate::clock::from_epoch_millis;
+use crate::config::Settings;
+use crate::election::Leadership;
+use crate::engine::{runtime, Engine};
+use crate::model::{AppState, EventKind, Observation};
+use crate::scope::Scope;
+
+/// How long `close` waits for leadership to be released.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
+    if s.is_null() {
+        return Ok(None);
+    }
+    Ok(Some(env.get_string(s)?.into()))
+}
+
+fn req_string(env: &mut JNIEnv<'_>, s: &JString<'_>, name: &str) -> Result<String, Failure> {
+    opt_string(env, s)?.ok_or_else(|| Failure::IllegalArgument(format!("{name} must not be null")))
+}
+
+fn string_array(
+    env: &mut JNIEnv<'_>,
+    arr: &JObjectArray<'_>,
+    name: &str,
+) -> Result<Vec<String>, Failure> {
+    if arr.is_null() {
+        return Err(Failure::IllegalArgument(format!("{name} must not be null")));
+    }
+    let len = env.get_array_length(arr)?;
+    let mut out = Vec::with_capacity(len as usize);
+    for i in 0..len {
+        let el = JString::from(env.get_object_array_element(arr, i)?);
+        out.push(req_string(env, &el, &format!("{name}[{i}]"))?);
+        env.delete_local_ref(el)?;
+    }
+    Ok(out)
+}
+
+fn scope_of(
+    env: &mut JNIEnv<'_>,
+    context: &JString<'_>,
+    namespace: &JString<'_>,
+) -> Result<Scope, Failure> {
+    let c = opt_string(env, context)?;
+    let n = opt_string(env, namespace)?;
+    Ok(Scope::new(c.as_deref(), n.as_deref()))
+}
+
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_create<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    keys: JObjectArray<'l>,
+    values: JObjectArray<'l>,
+    server_id: JString<'l>,
+) -> jlong {
+    run(&mut env, 0, |env| {
+        let k = string_array(env, &keys, "keys")?;
+        let v = string_array(env, &values, "values")?;
+        if k.len() != v.len() {
+            return Err(Failure::IllegalArgument(format!(
+                "keys and values differ in length ({} vs {})",
+                k.len(),
+                v.len()
+            )));
+        }
+        let server_id = req_string(env, &server_id, "serverId")?;
+        super::log_bridge::install();
+        let settings = Settings::from_map(k.into_iter().zip(v).collect::<HashMap<_, _>>())
+            .map_err(|e| Failure::IllegalArgument(e.to_string()))?;
+        let rt = runtime()?;
+        let engine = Engine::new(settings, &server_id, rt.handle().clone())?;
+        Ok(Box::into_raw(Box::new(engine)) as jlong)
+    })
+}
+
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    context: JString<'l>,
+    namespace: JString<'l>,
+    event_kind: jint,
+    unique_tag: JString<'l>,
+    pod_name: JString<'l>,
+    pod_uid: JString<'l>,
+    app_state: JString<'l>,
+    has_app_selector: jboolean,
+    terminated_at_millis: jlong,
+    deletion_timestamp_set: jboolean,
+) {
+    run(&mut env, (), |env| {
+        let engine = engine(handle)?;
+        let kind = EventKind::from_ordinal(event_kind).ok_or_else(|| {
+            Failure::IllegalArgument(format!(
+                "event must be ADD, UPDATE or DELETE (got ordinal {event_kind})"
+            ))
+        })?;
+        let state_name = req_string(env, &app_state, "appState")?;
+        let state = AppState::parse(&state_name).ok_or_else(|| {
+            Failure::IllegalArgument(format!(
+                "appState must be a Kyuubi ApplicationState name (PENDING, RUNNING, FINISHED, KILLED, FAILED, ZOMBIE, NOT_FOUND, UNKNOWN), got {state_name:?}"
+            ))
+        })?;
+        let obs = Observation {
+            kind,
+            tag: opt_string(env, &unique_tag)?.unwrap_or_default(),
+            pod_name: req_string(env, &pod_name, "podName")?,
+            pod_uid: req_string(env, &pod_uid, "podUid")?,
+            state,
+            has_app_selector: has_app_selector != JNI_FALSE,
+            terminated_at: from_epoch_millis(terminated_at_millis),
+            deletion_requested: deletion_timestamp_set != JNI_FALSE,
+        };
+        let scope = scope_of(env, &context, &namespace)?;
+        engine.observe(scope, obs)?;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_isLeader<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    context: JString<'l>,
+    namespace: JString<'l>,
+) -> jboolean {
+    run(&mut env, JNI_FALSE, |env| {
+        let engine = engine(handle)?;
+        let scope = scope_of(env, &context, &namespace)?;
+        Ok(if engine.leadership(&scope) == Some(Leadership::Leading) {
+            JNI_TRUE
+        } else {
+            JNI_FALSE
+        })
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_scopeStatus<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    context: JString<'l>,
+    namespace: JString<'l>,
+) -> jstring {
+    run(&mut env, std::ptr::null_mut(), |env| {
+        let engine = engine(handle)?;
+        let scope = scope_of(env, &context, &namespace)?;
+        let json = engine.status_json(&scope);
+        Ok(env.new_string(json)?.into_raw())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_close<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    run(&mut env, (), |_env| {
+        if handle == 0 {
+            return Ok(());
+        }
+        // SAFETY: `handle` is the pointer `create` leaked with Box::into_raw; the Java side calls
+        // close once, under its write lock, and zeroes the handle, so no other call can use it.
+        let engine = unsafe { Box::from_raw(handle as *mut Engine) };
+        engine.close(CLOSE_TIMEOUT);
+        drop(engine);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_panicForTest<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+) {
+    run(&mut env, (), |_env| -> Result<(), Failure> {
+        panic!("deliberate panic for testing the JNI error policy")
+    })
+}

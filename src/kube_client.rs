@@ -1,0 +1,321 @@
+//! Kyuubi's Kubernetes client keys -> a kube-rs client for one scope.
+//!
+//! Mirrors Kyuubi's `getKubernetesConf(context, namespace)` overlay: for scope `(c, ns)`, keys
+//! `kyuubi.kubernetes.c.<rest>` and then `kyuubi.kubernetes.c.ns.<rest>` override
+//! `kyuubi.kubernetes.<rest>`; then `kyuubi.kubernetes.context = c` and
+//! `kyuubi.kubernetes.namespace = ns`. The namespace-level overlay exists only with a context.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::config::keys;
+use crate::scope::Scope;
+
+pub const MASTER: &str = "kyuubi.kubernetes.master.address";
+pub const OAUTH_TOKEN: &str = "kyuubi.kubernetes.authenticate.oauthToken";
+pub const OAUTH_TOKEN_FILE: &str = "kyuubi.kubernetes.authenticate.oauthTokenFile";
+pub const CA_CERT_FILE: &str = "kyuubi.kubernetes.authenticate.caCertFile";
+pub const CLIENT_CERT_FILE: &str = "kyuubi.kubernetes.authenticate.clientCertFile";
+pub const CLIENT_KEY_FILE: &str = "kyuubi.kubernetes.authenticate.clientKeyFile";
+pub const TRUST_CERTS: &str = "kyuubi.kubernetes.trust.certificates";
+
+const PREFIX: &str = "kyuubi.kubernetes";
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+#[derive(Debug, Error)]
+pub enum KubeClientError {
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+    #[error("cannot load the Kubernetes configuration (kubeconfig or in-cluster): {0}")]
+    Infer(String),
+    #[error("cannot build the Kubernetes client: {0}")]
+    Build(String),
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> KubeClientError {
+    KubeClientError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// Kyuubi's per-context / per-namespace overlay of the server configuration.
+pub fn scope_conf(raw: &HashMap<String, String>, scope: &Scope) -> HashMap<String, String> {
+    let mut conf = raw.clone();
+    if let Some(ctx) = &scope.context {
+        let mut rekey = |prefix: String| {
+            let mut found: Vec<(String, String)> = raw
+                .iter()
+                .filter_map(|(k, v)| {
+                    k.strip_prefix(&prefix)
+                        .map(|rest| (format!("{PREFIX}.{rest}"), v.clone()))
+                })
+                .collect();
+            found.sort();
+            conf.extend(found);
+        };
+        rekey(format!("{PREFIX}.{ctx}."));
+        if let Some(ns) = &scope.namespace {
+            rekey(format!("{PREFIX}.{ctx}.{ns}."));
+        }
+        conf.insert(keys::KUBE_CONTEXT.to_owned(), ctx.clone());
+    }
+    if let Some(ns) = &scope.namespace {
+        conf.insert(keys::KUBE_NAMESPACE.to_owned(), ns.clone());
+    }
+    conf
+}
+
+fn get<'a>(conf: &'a HashMap<String, String>, key: &str) -> Option<&'a str> {
+    conf.get(key).map(|v| v.trim()).filter(|v| !v.is_empty())
+}
+
+/// The namespace a scope's pods live in.
+pub fn namespace(conf: &HashMap<String, String>) -> String {
+    get(conf, keys::KUBE_NAMESPACE)
+        .unwrap_or("default")
+        .to_owned()
+}
+
+/// Checks the values that can be checked without I/O; each error names its key.
+pub fn validate(conf: &HashMap<String, String>) -> Result<(), KubeClientError> {
+    if let Some(m) = get(conf, MASTER) {
+        let uri: http::Uri = m
+            .parse()
+            .map_err(|e| invalid(MASTER, format!("not a URL ({e}): {m:?}")))?;
+        if !matches!(uri.scheme_str(), Some("http") | Some("https")) || uri.host().is_none() {
+            return Err(invalid(
+                MASTER,
+                format!("expected http(s)://host[:port], got {m:?}"),
+            ));
+        }
+    }
+    if let Some(v) = get(conf, TRUST_CERTS) {
+        if !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false") {
+            return Err(invalid(
+                TRUST_CERTS,
+                format!("expected true or false, got {v:?}"),
+            ));
+        }
+    }
+    if get(conf, OAUTH_TOKEN).is_some() && get(conf, OAUTH_TOKEN_FILE).is_some() {
+        return Err(invalid(
+            OAUTH_TOKEN,
+            format!("{OAUTH_TOKEN} and {OAUTH_TOKEN_FILE} are mutually exclusive"),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the kube-rs configuration for an overlaid scope configuration.
+///
+/// With `master.address` set, the client talks to it with the configured credentials (and, inside
+/// a pod, the service-account token and CA as fallbacks). Otherwise the kubeconfig (for
+/// `kyuubi.kubernetes.context` if set) or the in-cluster configuration is used, with the
+/// configured credentials on top.
+pub async fn build_config(conf: &HashMap<String, String>) -> Result<kube::Config, KubeClientError> {
+    validate(conf)?;
+    let mut cfg = if let Some(master) = get(conf, MASTER) {
+        let uri: http::Uri = master
+            .parse()
+            .map_err(|e| invalid(MASTER, format!("{e}")))?;
+        let mut cfg = kube::Config::new(uri);
+        let has_token = get(conf, OAUTH_TOKEN).is_some() || get(conf, OAUTH_TOKEN_FILE).is_some();
+        let sa_token = Path::new(SA_DIR).join("token");
+        if !has_token && get(conf, CLIENT_CERT_FILE).is_none() && sa_token.exists() {
+            cfg.auth_info.token_file = Some(sa_token.to_string_lossy().into_owned());
+        }
+        let sa_ca = Path::new(SA_DIR).join("ca.crt");
+        if get(conf, CA_CERT_FILE).is_none() && sa_ca.exists() {
+            cfg.root_cert_file = Some(sa_ca);
+        }
+        cfg
+    } else if let Some(ctx) = get(conf, keys::KUBE_CONTEXT) {
+        let opts = kube::config::KubeConfigOptions {
+            context: Some(ctx.to_owned()),
+            ..Default::default()
+        };
+        kube::Config::from_kubeconfig(&opts).await.map_err(|e| {
+            invalid(
+                keys::KUBE_CONTEXT,
+                format!("kubeconfig context {ctx:?}: {e}"),
+            )
+        })?
+    } else {
+        kube::Config::infer()
+            .await
+            .map_err(|e| KubeClientError::Infer(e.to_string()))?
+    };
+    cfg.default_namespace = namespace(conf);
+    if let Some(v) = get(conf, TRUST_CERTS) {
+        cfg.accept_invalid_certs = v.eq_ignore_ascii_case("true");
+    }
+    if let Some(t) = get(conf, OAUTH_TOKEN) {
+        cfg.auth_info.token = Some(t.to_owned().into());
+        cfg.auth_info.token_file = None;
+    }
+    if let Some(f) = get(conf, OAUTH_TOKEN_FILE) {
+        cfg.auth_info.token_file = Some(f.to_owned());
+        cfg.auth_info.token = None;
+    }
+    if let Some(f) = get(conf, CA_CERT_FILE) {
+        let pem = std::fs::read(f).map_err(|e| invalid(CA_CERT_FILE, format!("{f}: {e}")))?;
+        cfg.root_cert = Some(pem_certificates(&pem).map_err(|m| invalid(CA_CERT_FILE, m))?);
+        cfg.root_cert_file = Some(f.into());
+    }
+    if let Some(f) = get(conf, CLIENT_CERT_FILE) {
+        cfg.auth_info.client_certificate = Some(f.to_owned());
+    }
+    if let Some(f) = get(conf, CLIENT_KEY_FILE) {
+        cfg.auth_info.client_key = Some(f.to_owned());
+    }
+    // The classifier must see 429/503/504 as they happen; podsweep retries on its own terms.
+    cfg.default_retry = false;
+    cfg.connect_timeout = Some(Duration::from_secs(10));
+    cfg.read_timeout = Some(Duration::from_secs(30));
+    Ok(cfg)
+}
+
+/// A kube-rs client for one scope.
+pub async fn build_client(conf: &HashMap<String, String>) -> Result<kube::Client, KubeClientError> {
+    let cfg = build_config(conf).await?;
+    kube::Client::try_from(cfg).map_err(|e| KubeClientError::Build(e.to_string()))
+}
+
+/// DER blobs of the CERTIFICATE blocks in a PEM bundle.
+fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let text = std::str::from_utf8(pem).map_err(|_| "not a PEM file".to_owned())?;
+    let mut out = Vec::new();
+    let mut body: Option<String> = None;
+    for line in text.lines() {
+        let line = line.trim();
+        if line == "-----BEGIN CERTIFICATE-----" {
+            body = Some(String::new());
+        } else if line == "-----END CERTIFICATE-----" {
+            let b64 = body.take().ok_or("END without BEGIN")?;
+            out.push(base64_decode(&b64).ok_or("bad base64 in a certificate")?);
+        } else if let Some(b) = body.as_mut() {
+            b.push_str(line);
+        }
+    }
+    if out.is_empty() {
+        return Err("no CERTIFICATE block found".into());
+    }
+    Ok(out)
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=').collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= val(c)? << (18 - 6 * i);
+        }
+        let n = chunk.len();
+        if n < 2 {
+            return None;
+        }
+        out.push((acc >> 16) as u8);
+        if n > 2 {
+            out.push((acc >> 8) as u8);
+        }
+        if n > 3 {
+            out.push(acc as u8);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn overlay_follows_kyuubi() {
+        let raw = conf(&[
+            (MASTER, "https://default:6443"),
+            ("kyuubi.kubernetes.28.master.address", "https://ctx28:6443"),
+            (
+                "kyuubi.kubernetes.28.ns1.authenticate.oauthTokenFile",
+                "/tok/ns1",
+            ),
+            (
+                "kyuubi.kubernetes.28.authenticate.oauthTokenFile",
+                "/tok/ctx",
+            ),
+            (keys::KUBE_NAMESPACE, "default-ns"),
+        ]);
+        let c = scope_conf(&raw, &Scope::new(Some("28"), Some("ns1")));
+        assert_eq!(c[MASTER], "https://ctx28:6443");
+        assert_eq!(c[OAUTH_TOKEN_FILE], "/tok/ns1", "namespace level wins");
+        assert_eq!(c[keys::KUBE_CONTEXT], "28");
+        assert_eq!(namespace(&c), "ns1");
+        let c = scope_conf(&raw, &Scope::new(Some("28"), None));
+        assert_eq!(c[OAUTH_TOKEN_FILE], "/tok/ctx");
+        assert_eq!(namespace(&c), "default-ns");
+        // No context: no overlay at all, only the namespace is set.
+        let c = scope_conf(&raw, &Scope::new(None, Some("ns1")));
+        assert_eq!(c[MASTER], "https://default:6443");
+        assert!(!c.contains_key(OAUTH_TOKEN_FILE));
+        assert_eq!(namespace(&c), "ns1");
+    }
+
+    #[test]
+    fn validation_names_keys() {
+        let e = validate(&conf(&[(MASTER, "not a url")])).unwrap_err();
+        assert!(e.to_string().starts_with(MASTER), "{e}");
+        let e = validate(&conf(&[(MASTER, "ftp://x")])).unwrap_err();
+        assert!(e.to_string().starts_with(MASTER), "{e}");
+        let e = validate(&conf(&[(TRUST_CERTS, "yes")])).unwrap_err();
+        assert!(e.to_string().starts_with(TRUST_CERTS), "{e}");
+        let e = validate(&conf(&[(OAUTH_TOKEN, "t"), (OAUTH_TOKEN_FILE, "/f")])).unwrap_err();
+        assert!(e.to_string().contains(OAUTH_TOKEN_FILE), "{e}");
+        validate(&conf(&[(MASTER, "http://127.0.0.1:8080")])).unwrap();
+    }
+
+    #[tokio::test]
+    async fn master_address_and_token_make_a_config() {
+        let c = conf(&[
+            (MASTER, "http://127.0.0.1:1"),
+            (OAUTH_TOKEN, "server-a"),
+            (TRUST_CERTS, "true"),
+            (keys::KUBE_NAMESPACE, "spark"),
+        ]);
+        let cfg = build_config(&c).await.unwrap();
+        assert_eq!(cfg.cluster_url.to_string(), "http://127.0.0.1:1/");
+        assert_eq!(cfg.default_namespace, "spark");
+        assert!(cfg.accept_invalid_certs);
+        assert!(cfg.auth_info.token.is_some());
+        assert!(!cfg.default_retry);
+    }
+
+    #[test]
+    fn pem_decoding() {
+        assert_eq!(base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
+        assert_eq!(base64_decode("aGk="), Some(b"hi".to_vec()));
+        let pem = b"-----BEGIN CERTIFICATE-----\naGVs\nbG8=\n-----END CERTIFICATE-----\n";
+        assert_eq!(pem_certificates(pem).unwrap(), vec![b"hello".to_vec()]);
+        assert!(pem_certificates(b"nothing").is_err());
+    }
+}

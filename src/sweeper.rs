@@ -1,0 +1,457 @@
+//! One task per scope: tracks terminated pods, arms one timer per pod, and, while this server
+//! leads the scope, sends the DELETEs that are due.
+//!
+//! # Guarantees
+//! * A DELETE is dispatched only for a tracked record in stage `Due`, while the election says this
+//!   server may act; the dispatched task checks again right before sending, so a lease that ran out
+//!   in between (e.g. a frozen process waking up) stops it.
+//! * Losing leadership (Following, NoQuorum) aborts every DELETE in flight at once and puts the
+//!   records back to `Due`; nothing is dropped. `Paused` stops new DELETEs and lets those already
+//!   sent finish.
+//! * On gaining leadership every record already due is dispatched: the reconcile works from memory
+//!   and makes no LIST call.
+//! * Failed DELETEs (403, 429, 5xx, transport, other) are retried with capped exponential backoff,
+//!   honouring `Retry-After`, until the pod is gone or leadership ends. A pod is never dropped.
+//!
+//! # Caveats
+//! * An aborted DELETE may already have reached the API server; the next leader's DELETE then ends
+//!   in 404 or 409 (already absent / replaced), which counts as done.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, Id, JoinSet};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::time::{delay_queue, DelayQueue};
+use tracing::{debug, error, info, warn};
+
+use crate::clock::Clock;
+use crate::config::CleanupKind;
+use crate::deleter::{Outcome, OutcomeClass, PodDeleter};
+use crate::election::{ElectionHandle, Leadership, Status};
+use crate::metrics::ScopeMetrics;
+use crate::model::Observation;
+use crate::schedule;
+use crate::scope::Scope;
+use crate::tracker::{Stage, Tracker, Verdict};
+
+/// Builds the deleter of a scope (a kube client for it); retried until it succeeds.
+pub type DeleterSource =
+    Arc<dyn Fn(Scope) -> BoxFuture<'static, Result<Arc<dyn PodDeleter>, String>> + Send + Sync>;
+
+/// How a sweeper behaves.
+#[derive(Clone, Debug)]
+pub struct SweeperConfig {
+    pub kind: CleanupKind,
+    pub retain: Duration,
+    pub dry_run: bool,
+    /// At most this many DELETEs in flight per scope.
+    pub max_inflight: usize,
+    /// Cap of the retry backoff.
+    pub retry_cap: Duration,
+    /// How long a cleaned UID is remembered.
+    pub tombstone_ttl: Duration,
+    /// Wait between attempts to build the scope's Kubernetes client.
+    pub client_retry: Duration,
+}
+
+impl SweeperConfig {
+    pub fn new(kind: CleanupKind, retain: Duration) -> Self {
+        SweeperConfig {
+            kind,
+            retain,
+            dry_run: false,
+            max_inflight: 16,
+            retry_cap: Duration::from_secs(60),
+            tombstone_ttl: retain.max(Duration::from_secs(600)) + Duration::from_secs(600),
+            client_retry: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Messages to a scope task.
+#[derive(Debug)]
+pub enum Command {
+    Observe(Box<Observation>),
+    Shutdown,
+}
+
+/// The engine's side of a running scope task.
+pub struct ScopeHandle {
+    pub tx: mpsc::UnboundedSender<Command>,
+    pub metrics: Arc<ScopeMetrics>,
+    pub status: tokio::sync::watch::Receiver<Status>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the task of one scope on the current runtime.
+pub fn spawn(
+    scope: Scope,
+    cfg: SweeperConfig,
+    clock: Clock,
+    election: ElectionHandle,
+    source: DeleterSource,
+) -> ScopeHandle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let metrics = Arc::new(ScopeMetrics::default());
+    let status = election.watch();
+    let sweeper = Sweeper {
+        tracker: Tracker::new(cfg.tombstone_ttl),
+        scope,
+        cfg,
+        clock,
+        election,
+        source,
+        deleter: None,
+        queue: DelayQueue::new(),
+        keys: HashMap::new(),
+        due: VecDeque::new(),
+        inflight: JoinSet::new(),
+        inflight_uid: HashMap::new(),
+        inflight_abort: HashMap::new(),
+        poke_at: None,
+        metrics: metrics.clone(),
+    };
+    let task = tokio::spawn(sweeper.run(rx));
+    ScopeHandle {
+        tx,
+        metrics,
+        status,
+        task,
+    }
+}
+
+type Uid = Arc<str>;
+
+struct Sweeper {
+    scope: Scope,
+    cfg: SweeperConfig,
+    clock: Clock,
+    election: ElectionHandle,
+    source: DeleterSource,
+    deleter: Option<Arc<dyn PodDeleter>>,
+    tracker: Tracker,
+    queue: DelayQueue<Uid>,
+    keys: HashMap<Uid, delay_queue::Key>,
+    due: VecDeque<Uid>,
+    inflight: JoinSet<(Uid, Option<Outcome>)>,
+    inflight_uid: HashMap<Id, Uid>,
+    inflight_abort: HashMap<Uid, AbortHandle>,
+    /// When dispatch was held back by an expired lease while still `Leading`: look again then.
+    poke_at: Option<Instant>,
+    metrics: Arc<ScopeMetrics>,
+}
+
+impl Sweeper {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        let mut status = self.election.watch();
+        let mut build_at = Some(Instant::now());
+        loop {
+            self.update_gauges();
+            tokio::select! {
+                biased;
+                cmd = rx.recv() => match cmd {
+                    Some(Command::Observe(obs)) => self.on_observe(&obs),
+                    Some(Command::Shutdown) | None => break,
+                },
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    let st = status.borrow_and_update().clone();
+                    self.on_leadership(&st);
+                }
+                Some(done) = self.inflight.join_next_with_id(), if !self.inflight.is_empty() => {
+                    self.on_done(done);
+                }
+                Some(expired) = self.queue.next(), if !self.queue.is_empty() => {
+                    self.on_expired(expired.into_inner());
+                }
+                _ = sleep_until(build_at.unwrap_or_else(Instant::now)), if build_at.is_some() => {
+                    build_at = self.build_deleter().await;
+                }
+                _ = sleep_until(self.poke_at.unwrap_or_else(Instant::now)), if self.poke_at.is_some() => {
+                    self.poke_at = None;
+                    self.dispatch();
+                }
+            }
+        }
+        self.shutdown().await;
+    }
+
+    async fn build_deleter(&mut self) -> Option<Instant> {
+        match (self.source)(self.scope.clone()).await {
+            Ok(d) => {
+                debug!(scope = %self.scope, "Kubernetes client ready");
+                self.deleter = Some(d);
+                self.dispatch();
+                None
+            }
+            Err(e) => {
+                error!(
+                    scope = %self.scope,
+                    "Cannot build the Kubernetes client for scope {}: {e}; pods wait, retrying in {:?}",
+                    self.scope, self.cfg.client_retry
+                );
+                Some(Instant::now() + self.cfg.client_retry)
+            }
+        }
+    }
+
+    fn on_observe(&mut self, obs: &Observation) {
+        ScopeMetrics::inc(&self.metrics.observed);
+        let uid: Uid = Arc::from(obs.pod_uid.as_str());
+        let now_wall = self.clock.now();
+        match self
+            .tracker
+            .observe(&uid, obs, self.cfg.kind, now_wall, Instant::now())
+        {
+            Verdict::Ignore => {}
+            Verdict::Arm => {
+                let Some(rec) = self.tracker.get(&uid) else {
+                    return;
+                };
+                let left = schedule::time_left(
+                    rec.terminated_at,
+                    rec.first_seen,
+                    self.cfg.retain,
+                    now_wall,
+                );
+                debug!(
+                    scope = %self.scope, pod = %obs.pod_name, uid = %uid, tag = %obs.tag,
+                    "Scheduled {} ({}) for deletion in {:.1}s", obs.pod_name, obs.state.as_str(), left.as_secs_f64()
+                );
+                let key = self.queue.insert(uid.clone(), left);
+                self.keys.insert(uid, key);
+            }
+            Verdict::Rearm => {
+                let (Some(rec), Some(key)) = (self.tracker.get(&uid), self.keys.get(&uid)) else {
+                    return;
+                };
+                if rec.stage == Stage::Scheduled {
+                    let left = schedule::time_left(
+                        rec.terminated_at,
+                        rec.first_seen,
+                        self.cfg.retain,
+                        now_wall,
+                    );
+                    self.queue.reset(key, left);
+                }
+            }
+            Verdict::Cancel(rec) => {
+                ScopeMetrics::inc(&self.metrics.cancelled);
+                if let Some(key) = self.keys.remove(&uid) {
+                    self.queue.remove(&key);
+                }
+                if let Some(abort) = self.inflight_abort.remove(&uid) {
+                    abort.abort();
+                }
+                debug!(
+                    scope = %self.scope, pod = %rec.name, uid = %uid,
+                    "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name
+                );
+            }
+        }
+    }
+
+    fn on_expired(&mut self, uid: Uid) {
+        self.keys.remove(&uid);
+        if let Some(rec) = self.tracker.get_mut(&uid) {
+            rec.stage = Stage::Due;
+            self.due.push_back(uid);
+            self.dispatch();
+        }
+    }
+
+    fn on_leadership(&mut self, st: &Status) {
+        ScopeMetrics::inc(&self.metrics.transitions);
+        let leading = st.leadership == Leadership::Leading;
+        self.metrics
+            .leader
+            .store(u64::from(leading), std::sync::atomic::Ordering::Relaxed);
+        match st.leadership {
+            Leadership::Leading => {
+                info!(
+                    scope = %self.scope,
+                    "Leading cleanup of scope {} ({}): {} pods tracked, {} already due",
+                    self.scope, st.reason, self.tracker.len(), self.due.len()
+                );
+                self.dispatch();
+            }
+            Leadership::Paused => {
+                warn!(
+                    scope = %self.scope,
+                    "Cleanup of scope {} paused ({}): no DELETE until contact is confirmed",
+                    self.scope, st.reason
+                );
+            }
+            Leadership::Following | Leadership::NoQuorum => {
+                let aborted = self.inflight_abort.len();
+                for (_, abort) in self.inflight_abort.drain() {
+                    abort.abort();
+                }
+                info!(
+                    scope = %self.scope,
+                    "Not leading scope {} ({}: {}); {} DELETEs in flight cancelled",
+                    self.scope, st.leadership.as_str(), st.reason, aborted
+                );
+            }
+        }
+    }
+
+    fn dispatch(&mut self) {
+        let Some(deleter) = self.deleter.clone() else {
+            return;
+        };
+        while self.inflight.len() < self.cfg.max_inflight {
+            if self.due.is_empty() {
+                return;
+            }
+            if !self.election.may_act() {
+                // Leading but the lease ran out: the backend is renewing it; look again soon.
+                if self.election.status().leadership == Leadership::Leading {
+                    self.poke_at = Some(Instant::now() + Duration::from_millis(200));
+                }
+                return;
+            }
+            let Some(uid) = self.due.pop_front() else {
+                return;
+            };
+            let Some(rec) = self.tracker.get_mut(&uid) else {
+                continue;
+            };
+            if rec.stage != Stage::Due {
+                continue;
+            }
+            rec.stage = Stage::Deleting;
+            let name = rec.name.clone();
+            let authority = self.election.authority();
+            let deleter = deleter.clone();
+            let metrics = self.metrics.clone();
+            let dry_run = self.cfg.dry_run;
+            let task_uid = uid.clone();
+            let abort = self.inflight.spawn(async move {
+                // The last check before the request leaves: a lease that ran out since dispatch
+                // (a frozen process, a lost session) stops it here.
+                if !authority.may_act() {
+                    return (task_uid, None);
+                }
+                ScopeMetrics::inc(&metrics.deletes_sent);
+                let out = deleter.delete(&name, &task_uid, dry_run).await;
+                (task_uid, Some(out))
+            });
+            self.inflight_uid.insert(abort.id(), uid.clone());
+            self.inflight_abort.insert(uid, abort);
+        }
+    }
+
+    fn on_done(&mut self, done: Result<(Id, (Uid, Option<Outcome>)), tokio::task::JoinError>) {
+        let (uid, outcome) = match done {
+            Ok((id, (uid, outcome))) => {
+                self.inflight_uid.remove(&id);
+                (uid, outcome)
+            }
+            Err(e) => {
+                let Some(uid) = self.inflight_uid.remove(&e.id()) else {
+                    return;
+                };
+                if e.is_panic() {
+                    error!(scope = %self.scope, uid = %uid, "DELETE task panicked; the pod will be retried");
+                }
+                (uid, None)
+            }
+        };
+        self.inflight_abort.remove(&uid);
+        let Some(outcome) = outcome else {
+            // Not sent (lease ran out) or aborted (leadership lost): the pod waits, due.
+            if let Some(rec) = self.tracker.get_mut(&uid) {
+                rec.stage = Stage::Due;
+                self.due.push_front(uid);
+            }
+            self.dispatch();
+            return;
+        };
+        self.metrics.outcome(outcome.class);
+        let Some(rec) = self.tracker.get(&uid).cloned() else {
+            // Cancelled by an event while in flight; nothing more to do.
+            return;
+        };
+        let now_wall = self.clock.now();
+        let deadline =
+            schedule::deadline(rec.terminated_at, rec.first_seen, self.cfg.retain, now_wall);
+        let late = now_wall
+            .duration_since(deadline)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let verb = if self.cfg.dry_run {
+            "Would delete"
+        } else {
+            "Deleted"
+        };
+        let (name, tag, scope) = (&rec.name, &rec.tag, &self.scope);
+        match outcome.class {
+            OutcomeClass::Accepted => info!(
+                scope = %scope, pod = %name, uid = %uid, tag = %tag,
+                "{verb} terminated driver pod {name} ({}, kyuubi-unique-tag={tag}) in scope {scope}, {late:.1}s after its deadline",
+                rec.state.as_str()
+            ),
+            OutcomeClass::AlreadyAbsent => debug!(
+                scope = %scope, pod = %name, uid = %uid,
+                "Pod {name} is already gone (HTTP 404); nothing to do"
+            ),
+            OutcomeClass::Replaced => info!(
+                scope = %scope, pod = %name, uid = %uid,
+                "Pod name {name} now belongs to a newer pod (UID precondition, HTTP 409); left alone"
+            ),
+            OutcomeClass::Forbidden | OutcomeClass::Other => error!(
+                scope = %scope, pod = %name, uid = %uid, code = ?outcome.code,
+                "DELETE of pod {name} in scope {scope} was refused: {outcome}; retry {}",
+                rec.attempts + 1
+            ),
+            OutcomeClass::Throttled | OutcomeClass::ServerError | OutcomeClass::Transport => warn!(
+                scope = %scope, pod = %name, uid = %uid, code = ?outcome.code,
+                "DELETE of pod {name} in scope {scope} did not complete: {outcome}; retry {}",
+                rec.attempts + 1
+            ),
+        }
+        if outcome.class.is_done() {
+            self.tracker.settle(&uid, Instant::now());
+            return;
+        }
+        let Some(rec) = self.tracker.get_mut(&uid) else {
+            return;
+        };
+        rec.attempts += 1;
+        rec.stage = Stage::Backoff;
+        ScopeMetrics::inc(&self.metrics.retries);
+        let delay = schedule::retry_delay(
+            rec.attempts,
+            outcome.retry_after,
+            self.cfg.retry_cap,
+            rand::random::<f64>(),
+        );
+        let key = self.queue.insert(uid.clone(), delay);
+        self.keys.insert(uid, key);
+    }
+
+    fn update_gauges(&self) {
+        ScopeMetrics::set(&self.metrics.tracked, self.tracker.len());
+        ScopeMetrics::set(&self.metrics.scheduled, self.queue.len());
+        ScopeMetrics::set(&self.metrics.due, self.due.len());
+        ScopeMetrics::set(&self.metrics.inflight, self.inflight.len());
+    }
+
+    async fn shutdown(mut self) {
+        self.inflight.abort_all();
+        while self.inflight.join_next().await.is_some() {}
+        self.metrics
+            .leader
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        self.election.close().await;
+        debug!(scope = %self.scope, "Scope task stopped; {} pods were tracked", self.tracker.len());
+    }
+}

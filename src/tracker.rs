@@ -1,0 +1,390 @@
+//! Per-scope records of terminated Kyuubi Spark driver pods, and the UIDs already cleaned.
+//!
+//! Pure state: no timers, no I/O. The sweeper asks [`Tracker::observe`] what an event means and
+//! arms or cancels timers accordingly.
+//!
+//! # Guarantees
+//! * Only Kyuubi Spark driver pods (both labels) in a terminated state the cleanup kind deletes
+//!   get a record. Running pods cost nothing.
+//! * A DELETE event or a `deletionTimestamp` tombstones the UID: its record is dropped and no later
+//!   event for that UID arms it again (tombstones are kept for `tombstone_ttl`, far longer than
+//!   an informer takes to deliver a pod's last events).
+//! * The first terminal state observed is the one the cleanup kind judges (as in Kyuubi).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use crate::config::CleanupKind;
+use crate::model::{AppState, Observation};
+
+/// Where a tracked pod is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Waiting for its deadline.
+    Scheduled,
+    /// Deadline passed; waiting for leadership or a free slot.
+    Due,
+    /// A DELETE is in flight.
+    Deleting,
+    /// The last DELETE failed; waiting to retry.
+    Backoff,
+}
+
+/// A terminated driver pod podsweep will delete when due.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub tag: String,
+    pub name: String,
+    pub state: AppState,
+    pub terminated_at: Option<SystemTime>,
+    pub first_seen: SystemTime,
+    pub stage: Stage,
+    /// Failed DELETE attempts so far.
+    pub attempts: u32,
+}
+
+/// What an observation means for the schedule.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to do.
+    Ignore,
+    /// A new record: arm its timer.
+    Arm,
+    /// The deadline of an existing record moved (a termination time arrived): re-arm.
+    Rearm,
+    /// The pod is cleaned: cancel whatever was pending for it (the record is gone).
+    Cancel(Record),
+}
+
+pub struct Tracker {
+    records: HashMap<Arc<str>, Record>,
+    tombstones: HashMap<Arc<str>, Instant>,
+    tombstone_order: VecDeque<(Instant, Arc<str>)>,
+    tombstone_ttl: Duration,
+}
+
+impl Tracker {
+    pub fn new(tombstone_ttl: Duration) -> Self {
+        Tracker {
+            records: HashMap::new(),
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
+            tombstone_ttl,
+        }
+    }
+
+    /// Applies one observation. `uid` must be `obs.pod_uid` as an `Arc<str>`.
+    pub fn observe(
+        &mut self,
+        uid: &Arc<str>,
+        obs: &Observation,
+        kind: CleanupKind,
+        now_wall: SystemTime,
+        now: Instant,
+    ) -> Verdict {
+        self.prune(now);
+        if self.tombstones.contains_key(uid) {
+            return Verdict::Ignore;
+        }
+        if obs.is_cleaned() {
+            self.tombstone(uid.clone(), now);
+            return match self.records.remove(uid) {
+                Some(r) => Verdict::Cancel(r),
+                None => Verdict::Ignore,
+            };
+        }
+        if !obs.is_kyuubi_driver() || !obs.state.is_terminated() {
+            return Verdict::Ignore;
+        }
+        if let Some(rec) = self.records.get_mut(uid) {
+            if rec.terminated_at.is_none() && obs.terminated_at.is_some() {
+                rec.terminated_at = obs.terminated_at;
+                return Verdict::Rearm;
+            }
+            return Verdict::Ignore;
+        }
+        if !obs.state.cleaned_by(kind) {
+            return Verdict::Ignore;
+        }
+        self.records.insert(
+            uid.clone(),
+            Record {
+                tag: obs.tag.clone(),
+                name: obs.pod_name.clone(),
+                state: obs.state,
+                terminated_at: obs.terminated_at,
+                first_seen: now_wall,
+                stage: Stage::Scheduled,
+                attempts: 0,
+            },
+        );
+        Verdict::Arm
+    }
+
+    /// Marks a UID done after a DELETE settled it (accepted, absent, or replaced).
+    pub fn settle(&mut self, uid: &Arc<str>, now: Instant) -> Option<Record> {
+        self.tombstone(uid.clone(), now);
+        self.records.remove(uid)
+    }
+
+    pub fn get(&self, uid: &str) -> Option<&Record> {
+        self.records.get(uid)
+    }
+
+    pub fn get_mut(&mut self, uid: &str) -> Option<&mut Record> {
+        self.records.get_mut(uid)
+    }
+
+    pub fn is_tombstoned(&self, uid: &str) -> bool {
+        self.tombstones.contains_key(uid)
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn tombstone_count(&self) -> usize {
+        self.tombstones.len()
+    }
+
+    /// UIDs of all records in a stage.
+    pub fn uids_in(&self, stage: Stage) -> Vec<Arc<str>> {
+        self.records
+            .iter()
+            .filter(|(_, r)| r.stage == stage)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    fn tombstone(&mut self, uid: Arc<str>, now: Instant) {
+        if self.tombstones.insert(uid.clone(), now).is_none() {
+            self.tombstone_order.push_back((now, uid));
+        }
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while let Some((at, _)) = self.tombstone_order.front() {
+            if now.duration_since(*at) < self.tombstone_ttl {
+                break;
+            }
+            if let Some((_, uid)) = self.tombstone_order.pop_front() {
+                self.tombstones.remove(&uid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::EventKind;
+
+    fn obs(kind: EventKind, uid: &str, state: AppState) -> Observation {
+        Observation {
+            kind,
+            tag: "tag-1".into(),
+            pod_name: "driver-1".into(),
+            pod_uid: uid.into(),
+            state,
+            has_app_selector: true,
+            terminated_at: None,
+            deletion_requested: false,
+        }
+    }
+
+    fn run(t: &mut Tracker, o: &Observation, kind: CleanupKind, now: Instant) -> Verdict {
+        let uid: Arc<str> = Arc::from(o.pod_uid.as_str());
+        t.observe(&uid, o, kind, SystemTime::UNIX_EPOCH, now)
+    }
+
+    #[test]
+    fn only_terminated_driver_pods_are_tracked() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Add, "u1", AppState::Running),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Ignore
+        );
+        let mut no_selector = obs(EventKind::Update, "u2", AppState::Finished);
+        no_selector.has_app_selector = false;
+        assert_eq!(
+            run(&mut t, &no_selector, CleanupKind::All, now),
+            Verdict::Ignore
+        );
+        let mut no_tag = obs(EventKind::Update, "u3", AppState::Finished);
+        no_tag.tag.clear();
+        assert_eq!(run(&mut t, &no_tag, CleanupKind::All, now), Verdict::Ignore);
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "u4", AppState::Finished),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Arm
+        );
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "u4", AppState::Finished),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Ignore
+        );
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn kinds_decide_on_the_first_terminal_state() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "f", AppState::Failed),
+                CleanupKind::Completed,
+                now
+            ),
+            Verdict::Ignore
+        );
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "k", AppState::Killed),
+                CleanupKind::Completed,
+                now
+            ),
+            Verdict::Ignore
+        );
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "ok", AppState::Finished),
+                CleanupKind::Completed,
+                now
+            ),
+            Verdict::Arm
+        );
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "f", AppState::Failed),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Arm
+        );
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "n", AppState::Finished),
+                CleanupKind::None,
+                now
+            ),
+            Verdict::Ignore
+        );
+    }
+
+    #[test]
+    fn delete_event_and_deletion_timestamp_cancel_forever() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "u", AppState::Finished),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Arm
+        );
+        let verdict = run(
+            &mut t,
+            &obs(EventKind::Delete, "u", AppState::Finished),
+            CleanupKind::All,
+            now,
+        );
+        assert!(matches!(verdict, Verdict::Cancel(_)));
+        // Whatever follows for that UID never arms it again.
+        for kind in [EventKind::Add, EventKind::Update] {
+            assert_eq!(
+                run(
+                    &mut t,
+                    &obs(kind, "u", AppState::Finished),
+                    CleanupKind::All,
+                    now
+                ),
+                Verdict::Ignore
+            );
+        }
+        let mut deleting = obs(EventKind::Update, "v", AppState::Finished);
+        deleting.deletion_requested = true;
+        assert_eq!(
+            run(&mut t, &deleting, CleanupKind::All, now),
+            Verdict::Ignore
+        );
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "v", AppState::Finished),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Ignore
+        );
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn termination_time_arriving_later_rearms() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "u", AppState::Failed),
+                CleanupKind::All,
+                now
+            ),
+            Verdict::Arm
+        );
+        let mut timed = obs(EventKind::Update, "u", AppState::Failed);
+        timed.terminated_at = Some(SystemTime::UNIX_EPOCH);
+        assert_eq!(run(&mut t, &timed, CleanupKind::All, now), Verdict::Rearm);
+        assert_eq!(run(&mut t, &timed, CleanupKind::All, now), Verdict::Ignore);
+    }
+
+    #[test]
+    fn tombstones_expire_after_their_ttl() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(60));
+        run(
+            &mut t,
+            &obs(EventKind::Delete, "u", AppState::Finished),
+            CleanupKind::All,
+            now,
+        );
+        assert!(t.is_tombstoned("u"));
+        run(
+            &mut t,
+            &obs(EventKind::Add, "x", AppState::Running),
+            CleanupKind::All,
+            now + Duration::from_secs(61),
+        );
+        assert!(!t.is_tombstoned("u"));
+        assert_eq!(t.tombstone_count(), 0);
+    }
+}
