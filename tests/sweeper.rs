@@ -1,0 +1,466 @@
+//! The sweeper end to end on paused tokio time: an engine with a hand-driven election and a
+//! kube-rs client whose HTTP service is a tower-test mock, so every DELETE is seen and answered
+//! by the test.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use podsweep::clock::Clock;
+use podsweep::config::{keys, Settings};
+use podsweep::deleter::{KubeDeleter, OutcomeClass, PodDeleter};
+use podsweep::election::{Backend, LeaderSignal};
+use podsweep::engine::Engine;
+use podsweep::model::{AppState, EventKind, Observation};
+use podsweep::scope::Scope;
+use podsweep::sweeper::DeleterSource;
+use tokio::time::{advance, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+use tower_test::mock::{Handle, SendResponse};
+
+type Mock = Handle<Request<Body>, Response<Body>>;
+
+/// A backend the test drives by hand through the signals it hands out.
+#[derive(Default)]
+struct ManualBackend {
+    signals: Arc<Mutex<Vec<LeaderSignal>>>,
+}
+
+impl Backend for ManualBackend {
+    fn name(&self) -> &'static str {
+        "manual"
+    }
+    fn campaign(
+        &self,
+        _scope: Scope,
+        _identity: String,
+        signal: LeaderSignal,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        self.signals.lock().unwrap().push(signal);
+        Box::pin(async move { cancel.cancelled().await })
+    }
+}
+
+struct Fixture {
+    engine: Engine,
+    mock: Mock,
+    signals: Arc<Mutex<Vec<LeaderSignal>>>,
+    wall0: SystemTime,
+    scope: Scope,
+}
+
+impl Fixture {
+    async fn new(kind: &str) -> Self {
+        let (service, mock) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "spark");
+        let source: DeleterSource = Arc::new(move |_scope| {
+            let d: Arc<dyn PodDeleter> = Arc::new(KubeDeleter::new(client.clone(), "spark"));
+            Box::pin(async move { Ok(d) })
+        });
+        let conf: HashMap<String, String> =
+            [(keys::CLEANUP_KIND, kind), (keys::RETAIN_PERIOD, "PT1M")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+        let backend = ManualBackend::default();
+        let signals = backend.signals.clone();
+        let wall0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let engine = Engine::with_parts(
+            Settings::from_map(conf).unwrap(),
+            "server-a",
+            Arc::new(backend),
+            source,
+            Clock::derived(wall0),
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap();
+        let f = Fixture {
+            engine,
+            mock,
+            signals,
+            wall0,
+            scope: Scope::new(None, Some("spark")),
+        };
+        // A running driver pod starts the scope (and its campaign) without being tracked.
+        f.observe(f.pod("warm-up", EventKind::Add, AppState::Running, None));
+        f
+    }
+
+    fn pod(
+        &self,
+        uid: &str,
+        kind: EventKind,
+        state: AppState,
+        ended_secs_ago: Option<u64>,
+    ) -> Observation {
+        let now = self.wall0 + Instant::now().duration_since(start());
+        Observation {
+            kind,
+            tag: format!("tag-{uid}"),
+            pod_name: format!("driver-{uid}"),
+            pod_uid: uid.to_owned(),
+            state,
+            has_app_selector: true,
+            terminated_at: ended_secs_ago.map(|s| now - Duration::from_secs(s)),
+            deletion_requested: false,
+        }
+    }
+
+    fn observe(&self, obs: Observation) {
+        self.engine.observe(self.scope.clone(), obs).unwrap();
+    }
+
+    /// Lets spawned tasks run without moving the clock.
+    async fn settle(&self) {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn signal(&self) -> LeaderSignal {
+        self.settle().await;
+        self.signals
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a campaign started")
+    }
+
+    async fn lead(&self) {
+        self.signal()
+            .await
+            .lead_until(Instant::now() + Duration::from_secs(24 * 3600), "test");
+        self.settle().await;
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.engine.status_json(&self.scope)).unwrap()
+    }
+
+    fn outcome(&self, class: OutcomeClass) -> u64 {
+        self.status()["outcomes"][class.as_str()].as_u64().unwrap()
+    }
+
+    /// The next DELETE within `within` of paused time, or None.
+    async fn next_delete(
+        &mut self,
+        within: Duration,
+    ) -> Option<(String, serde_json::Value, SendResponse<Response<Body>>)> {
+        let (req, send) = timeout(within, self.mock.next_request()).await.ok()??;
+        assert_eq!(req.method(), http::Method::DELETE);
+        let path = req.uri().path().to_owned();
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        Some((path, json, send))
+    }
+}
+
+fn start() -> Instant {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+fn status_reply(code: u16, reason: &str, retry_after: Option<&str>) -> Response<Body> {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": if code < 300 { "Success" } else { "Failure" },
+        "code": code, "reason": reason, "message": format!("mock says {reason}")
+    });
+    let mut b = Response::builder()
+        .status(code)
+        .header("content-type", "application/json");
+    if let Some(ra) = retry_after {
+        b = b.header("retry-after", ra);
+    }
+    b.body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_once_at_the_deadline_with_a_uid_precondition() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.observe(f.pod("u1", EventKind::Update, AppState::Finished, Some(10)));
+    f.lead().await;
+    // Terminated 10 s ago with a 60 s retain period: nothing for 50 s.
+    assert!(f.next_delete(Duration::from_secs(49)).await.is_none());
+    let (path, body, send) = f
+        .next_delete(Duration::from_secs(2))
+        .await
+        .expect("a DELETE at the deadline");
+    assert_eq!(path, "/api/v1/namespaces/spark/pods/driver-u1");
+    assert_eq!(body["preconditions"]["uid"], "u1");
+    send.send_response(status_reply(200, "", None));
+    f.settle().await;
+    assert_eq!(f.outcome(OutcomeClass::Accepted), 1);
+    // Settled: never again, whatever the informer says next.
+    f.observe(f.pod("u1", EventKind::Update, AppState::Finished, Some(10)));
+    assert!(f.next_delete(Duration::from_secs(600)).await.is_none());
+    assert_eq!(f.status()["deletes_sent"], 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delete_event_or_deletion_timestamp_cancels_for_good() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    f.observe(f.pod("gone", EventKind::Update, AppState::Failed, Some(0)));
+    f.observe(f.pod("deleting", EventKind::Update, AppState::Failed, Some(0)));
+    advance(Duration::from_secs(30)).await;
+    f.observe(f.pod("gone", EventKind::Delete, AppState::Failed, Some(0)));
+    let mut d = f.pod("deleting", EventKind::Update, AppState::Failed, Some(0));
+    d.deletion_requested = true;
+    f.observe(d);
+    // Later UPDATEs for the same UIDs (e.g. a relist) never arm them again.
+    f.observe(f.pod("gone", EventKind::Update, AppState::Failed, Some(31)));
+    f.observe(f.pod("deleting", EventKind::Add, AppState::Failed, Some(31)));
+    assert!(f.next_delete(Duration::from_secs(3600)).await.is_none());
+    assert_eq!(f.status()["deletes_sent"], 0);
+    assert_eq!(f.status()["cancelled"], 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_terminated_driver_pods_allowed_by_the_kind_are_deleted() {
+    start();
+    let mut f = Fixture::new("COMPLETED").await;
+    f.lead().await;
+    f.observe(f.pod("running", EventKind::Add, AppState::Running, None));
+    f.observe(f.pod("failed", EventKind::Update, AppState::Failed, Some(120)));
+    let mut no_selector = f.pod("plain", EventKind::Update, AppState::Finished, Some(120));
+    no_selector.has_app_selector = false;
+    f.observe(no_selector);
+    f.observe(f.pod("done", EventKind::Update, AppState::Finished, Some(120)));
+    let (path, _, send) = f
+        .next_delete(Duration::from_secs(1))
+        .await
+        .expect("the overdue FINISHED pod");
+    assert_eq!(path, "/api/v1/namespaces/spark/pods/driver-done");
+    send.send_response(status_reply(200, "", None));
+    assert!(f.next_delete(Duration::from_secs(3600)).await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_follower_holds_due_pods_and_reconciles_them_on_takeover() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.observe(f.pod("a", EventKind::Update, AppState::Finished, Some(0)));
+    f.observe(f.pod("b", EventKind::Update, AppState::Killed, None));
+    // Following: the deadlines pass, nothing is sent.
+    assert!(f.next_delete(Duration::from_secs(600)).await.is_none());
+    assert_eq!(f.status()["due"], 2);
+    // Takeover: both go at once, from memory.
+    f.lead().await;
+    let mut paths = Vec::new();
+    for _ in 0..2 {
+        let (path, _, send) = f
+            .next_delete(Duration::from_millis(10))
+            .await
+            .expect("reconciled at once");
+        send.send_response(status_reply(200, "", None));
+        paths.push(path);
+    }
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "/api/v1/namespaces/spark/pods/driver-a",
+            "/api/v1/namespaces/spark/pods/driver-b"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn losing_leadership_cancels_in_flight_deletes_and_keeps_the_pod() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    f.observe(f.pod("p", EventKind::Update, AppState::Finished, Some(600)));
+    let (_, _, send) = f
+        .next_delete(Duration::from_millis(10))
+        .await
+        .expect("overdue pod sent");
+    f.signal().await.follow("lost the latch");
+    f.settle().await;
+    drop(send);
+    assert!(
+        f.next_delete(Duration::from_secs(600)).await.is_none(),
+        "a follower sends nothing"
+    );
+    assert_eq!(f.status()["tracked"], 1, "the pod is kept");
+    f.lead().await;
+    let (path, _, send) = f
+        .next_delete(Duration::from_millis(10))
+        .await
+        .expect("sent again by the new term");
+    assert_eq!(path, "/api/v1/namespaces/spark/pods/driver-p");
+    send.send_response(status_reply(404, "NotFound", None));
+    f.settle().await;
+    assert_eq!(f.outcome(OutcomeClass::AlreadyAbsent), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_lease_stops_deletes_even_while_leading() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    let signal = f.signal().await;
+    signal.lead_until(Instant::now() + Duration::from_secs(5), "short lease");
+    f.observe(f.pod("p", EventKind::Update, AppState::Finished, Some(30)));
+    // Due at +30 s, but the lease ended at +5 s and was never renewed (a frozen process).
+    assert!(f.next_delete(Duration::from_secs(120)).await.is_none());
+    signal.extend_until(Instant::now() + Duration::from_secs(60));
+    let (_, _, send) = f
+        .next_delete(Duration::from_secs(1))
+        .await
+        .expect("renewed lease: sent");
+    send.send_response(status_reply(200, "", None));
+}
+
+#[tokio::test(start_paused = true)]
+async fn paused_leaders_send_nothing_until_resumed() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    let signal = f.signal().await;
+    signal.pause("disconnected");
+    f.observe(f.pod("p", EventKind::Update, AppState::Finished, Some(3600)));
+    assert!(f.next_delete(Duration::from_secs(30)).await.is_none());
+    signal.lead_until(Instant::now() + Duration::from_secs(60), "reconnected");
+    assert!(f.next_delete(Duration::from_millis(10)).await.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_outcome_class_gets_its_action() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    // 404 and 409: done, never retried.
+    for (uid, code, reason) in [("absent", 404, "NotFound"), ("replaced", 409, "Conflict")] {
+        f.observe(f.pod(uid, EventKind::Update, AppState::Finished, Some(600)));
+        let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
+        send.send_response(status_reply(code, reason, None));
+        assert!(
+            f.next_delete(Duration::from_secs(3600)).await.is_none(),
+            "{uid} not retried"
+        );
+    }
+    // 429 with Retry-After: 7 -> retried exactly 7 s later.
+    f.observe(f.pod(
+        "throttled",
+        EventKind::Update,
+        AppState::Finished,
+        Some(600),
+    ));
+    let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
+    send.send_response(status_reply(429, "TooManyRequests", Some("7")));
+    f.settle().await;
+    let t0 = Instant::now();
+    let (_, _, send) = f
+        .next_delete(Duration::from_secs(8))
+        .await
+        .expect("retried");
+    assert_eq!(Instant::now().duration_since(t0), Duration::from_secs(7));
+    send.send_response(status_reply(200, "", None));
+    // 403, 503 and a transport error: retried with backoff until accepted.
+    for uid in ["forbidden", "unavailable", "reset"] {
+        f.observe(f.pod(uid, EventKind::Update, AppState::Finished, Some(600)));
+        let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
+        match uid {
+            "forbidden" => send.send_response(status_reply(403, "Forbidden", None)),
+            "unavailable" => send.send_response(status_reply(503, "ServiceUnavailable", None)),
+            _ => send.send_error(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection reset by peer",
+            )),
+        }
+        let (_, body, send) = f
+            .next_delete(Duration::from_secs(2))
+            .await
+            .expect("retried after ~1 s");
+        assert_eq!(body["preconditions"]["uid"], uid);
+        send.send_response(status_reply(200, "", None));
+    }
+    f.settle().await;
+    let counts: Vec<u64> = OutcomeClass::ALL.iter().map(|c| f.outcome(*c)).collect();
+    // accepted, already_absent, replaced, forbidden, throttled, server_error, transport, other
+    assert_eq!(counts, [4, 1, 1, 1, 1, 1, 1, 0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_termination_time_in_the_future_counts_as_now() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    let mut p = f.pod("skewed", EventKind::Update, AppState::Finished, None);
+    p.terminated_at =
+        Some(f.wall0 + Instant::now().duration_since(start()) + Duration::from_secs(3600));
+    f.observe(p);
+    assert!(f.next_delete(Duration::from_secs(59)).await.is_none());
+    assert!(
+        f.next_delete(Duration::from_secs(2)).await.is_some(),
+        "one retain period from now"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn disallowed_scopes_and_bad_arguments_are_refused() {
+    start();
+    let conf: HashMap<String, String> = [
+        (keys::CLEANUP_KIND, "ALL"),
+        (keys::NAMESPACE_ALLOW_LIST, "spark"),
+        (keys::CONTEXT_ALLOW_LIST, "prod"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let engine = Engine::with_parts(
+        Settings::from_map(conf).unwrap(),
+        "s",
+        Arc::new(ManualBackend::default()),
+        Arc::new(|_| Box::pin(async { Err("unused".to_owned()) })),
+        Clock::System,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let obs = Observation {
+        kind: EventKind::Update,
+        tag: "t".into(),
+        pod_name: "p".into(),
+        pod_uid: "u".into(),
+        state: AppState::Finished,
+        has_app_selector: true,
+        terminated_at: None,
+        deletion_requested: false,
+    };
+    let e = engine
+        .observe(Scope::new(Some("prod"), Some("other")), obs.clone())
+        .unwrap_err();
+    assert!(e.to_string().contains(keys::NAMESPACE_ALLOW_LIST), "{e}");
+    let e = engine
+        .observe(Scope::new(Some("dev"), Some("spark")), obs.clone())
+        .unwrap_err();
+    assert!(e.to_string().contains(keys::CONTEXT_ALLOW_LIST), "{e}");
+    // No namespace given: the default namespace "default" is not allowed either.
+    let e = engine
+        .observe(Scope::new(Some("prod"), None), obs.clone())
+        .unwrap_err();
+    assert!(e.to_string().contains(keys::NAMESPACE_ALLOW_LIST), "{e}");
+    engine
+        .observe(Scope::new(Some("prod"), Some("spark")), obs.clone())
+        .unwrap();
+    let mut bad = obs.clone();
+    bad.pod_uid.clear();
+    assert!(engine
+        .observe(Scope::new(Some("prod"), Some("spark")), bad)
+        .unwrap_err()
+        .to_string()
+        .contains("podUid"));
+    engine.close_async(Duration::from_secs(1)).await;
+    assert!(engine
+        .observe(Scope::new(Some("prod"), Some("spark")), obs)
+        .is_err());
+}
