@@ -160,7 +160,6 @@ impl Engine {
                 message: "must not be empty".into(),
             });
         }
-        self.check_allowed(&scope)?;
         if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
             return Ok(());
         }
@@ -174,6 +173,8 @@ impl Engine {
                 return Ok(());
             }
         }
+        // First event of a scope: check the allow lists once; a refused scope is never stored.
+        self.check_allowed(&scope)?;
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         if self.closed.load(Ordering::Acquire) {
             return Err(EngineError::Closed);
