@@ -377,7 +377,8 @@ impl Sweeper {
         };
         self.metrics.outcome(outcome.class);
         let Some(rec) = self.tracker.get(&uid).cloned() else {
-            // Cancelled by an event while in flight; nothing more to do.
+            // Cancelled by an event while in flight; nothing more to do for it.
+            self.dispatch();
             return;
         };
         let now_wall = self.clock.now();
@@ -420,8 +421,14 @@ impl Sweeper {
         }
         if outcome.class.is_done() {
             self.tracker.settle(&uid, Instant::now());
-            return;
+        } else {
+            self.schedule_retry(uid, &outcome);
         }
+        // A slot is free: the next due pod may go.
+        self.dispatch();
+    }
+
+    fn schedule_retry(&mut self, uid: Uid, outcome: &Outcome) {
         let Some(rec) = self.tracker.get_mut(&uid) else {
             return;
         };

@@ -464,3 +464,25 @@ async fn disallowed_scopes_and_bad_arguments_are_refused() {
         .observe(Scope::new(Some("prod"), Some("spark")), obs)
         .is_err());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_larger_than_the_in_flight_cap_drains_completely() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    for i in 0..50 {
+        f.observe(f.pod(
+            &format!("b{i}"),
+            EventKind::Update,
+            AppState::Finished,
+            Some(3600),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    while let Some((path, _, send)) = f.next_delete(Duration::from_secs(1)).await {
+        assert!(seen.insert(path), "each pod once");
+        send.send_response(status_reply(200, "", None));
+    }
+    assert_eq!(seen.len(), 50);
+    assert_eq!(f.status()["tracked"], 0);
+}
