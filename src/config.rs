@@ -23,6 +23,14 @@ pub mod keys {
     pub const HA_CLIENT_CLASS: &str = "kyuubi.ha.client.class";
     pub const ZK_SESSION_TIMEOUT: &str = "kyuubi.ha.zookeeper.session.timeout";
     pub const ZK_CONNECTION_TIMEOUT: &str = "kyuubi.ha.zookeeper.connection.timeout";
+    pub const ETCD_LEASE_TIMEOUT: &str = "kyuubi.ha.etcd.lease.timeout";
+    pub const ETCD_SSL_ENABLED: &str = "kyuubi.ha.etcd.ssl.enabled";
+    pub const ETCD_SSL_CA: &str = "kyuubi.ha.etcd.ssl.ca.path";
+    pub const ETCD_SSL_CERT: &str = "kyuubi.ha.etcd.ssl.client.certificate.path";
+    pub const ETCD_SSL_KEY: &str = "kyuubi.ha.etcd.ssl.client.key.path";
+    /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
+    /// ZooKeeper that Kyuubi started for this server alone.
+    pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
 }
 
 /// Kyuubi's HA client class names.
@@ -83,6 +91,33 @@ pub enum HaSettings {
     /// No HA backend: every server cleans up on its own (Kyuubi today).
     Local,
     ZooKeeper(ZkSettings),
+    Etcd(EtcdSettings),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSettings {
+    /// Endpoints from `kyuubi.ha.addresses`, each `http(s)://host:port` (a bare `host:port` gets
+    /// `http://`, or `https://` when TLS is on).
+    pub endpoints: Vec<String>,
+    /// Kyuubi's `kyuubi.ha.namespace`; election names live under `/<namespace>-podsweep/elections/`.
+    pub namespace: String,
+    /// Lease TTL, whole seconds as Kyuubi rounds `kyuubi.ha.etcd.lease.timeout`.
+    pub lease_ttl: Duration,
+    pub tls: Option<EtcdTls>,
+}
+
+impl EtcdSettings {
+    /// The key prefix under which every scope's election lives.
+    pub fn root(&self) -> String {
+        format!("/{}-podsweep/elections", self.namespace.trim_matches('/'))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,21 +214,18 @@ fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, Co
     let Some(addresses) = addresses else {
         return Ok(HaSettings::Local);
     };
+    if parse_bool(keys::HA_EMBEDDED, get(keys::HA_EMBEDDED), false)? {
+        tracing::warn!(
+            "{} is true: {addresses} is this server's private embedded ZooKeeper, which no other \
+             server shares, so electing through it would make every server a leader. podsweep \
+             falls back to local cleanup (as Kyuubi does today); configure {} to a shared \
+             ZooKeeper or etcd for coordinated cleanup",
+            keys::HA_EMBEDDED,
+            keys::HA_ADDRESSES
+        );
+        return Ok(HaSettings::Local);
+    }
     let class = get(keys::HA_CLIENT_CLASS).unwrap_or(ZK_CLIENT_CLASS);
-    if class == ETCD_CLIENT_CLASS {
-        return Err(ConfigError::invalid(
-            keys::HA_CLIENT_CLASS,
-            class,
-            "the etcd backend is not available in this build yet",
-        ));
-    }
-    if class != ZK_CLIENT_CLASS {
-        return Err(ConfigError::invalid(
-            keys::HA_CLIENT_CLASS,
-            class,
-            format!("expected {ZK_CLIENT_CLASS} or {ETCD_CLIENT_CLASS}"),
-        ));
-    }
     let namespace = get(keys::HA_NAMESPACE)
         .or_else(|| get(keys::HA_ZK_NAMESPACE))
         .unwrap_or("kyuubi")
@@ -204,6 +236,17 @@ fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, Co
             &namespace,
             "must name a ZooKeeper node",
         ));
+    }
+    match class {
+        ZK_CLIENT_CLASS => {}
+        ETCD_CLIENT_CLASS => return parse_etcd(get, addresses, namespace),
+        other => {
+            return Err(ConfigError::invalid(
+                keys::HA_CLIENT_CLASS,
+                other,
+                format!("expected {ZK_CLIENT_CLASS} or {ETCD_CLIENT_CLASS}"),
+            ))
+        }
     }
     let ms = |key: &str, default: u64| -> Result<Duration, ConfigError> {
         match get(key) {
@@ -223,6 +266,87 @@ fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, Co
         namespace,
         session_timeout: ms(keys::ZK_SESSION_TIMEOUT, 60_000)?,
         connection_timeout: ms(keys::ZK_CONNECTION_TIMEOUT, 15_000)?,
+    }))
+}
+
+fn parse_bool(key: &str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(ConfigError::invalid(key, v, "expected true or false")),
+    }
+}
+
+fn parse_etcd<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    addresses: &str,
+    namespace: String,
+) -> Result<HaSettings, ConfigError> {
+    let tls = if parse_bool(keys::ETCD_SSL_ENABLED, get(keys::ETCD_SSL_ENABLED), false)? {
+        let need = |key: &str| {
+            get(key).map(str::to_owned).ok_or_else(|| {
+                ConfigError::invalid(
+                    key,
+                    "",
+                    format!("required when {} is true", keys::ETCD_SSL_ENABLED),
+                )
+            })
+        };
+        Some(EtcdTls {
+            ca: need(keys::ETCD_SSL_CA)?,
+            cert: need(keys::ETCD_SSL_CERT)?,
+            key: need(keys::ETCD_SSL_KEY)?,
+        })
+    } else {
+        None
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoints = Vec::new();
+    for raw in addresses
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let url = if raw.contains("://") {
+            raw.to_owned()
+        } else {
+            format!("{scheme}://{raw}")
+        };
+        let uri: http::Uri = url.parse().map_err(|_| {
+            ConfigError::invalid(
+                keys::HA_ADDRESSES,
+                addresses,
+                "expected etcd endpoints host:port[,host:port]",
+            )
+        })?;
+        if uri.host().is_none() || !matches!(uri.scheme_str(), Some("http") | Some("https")) {
+            return Err(ConfigError::invalid(
+                keys::HA_ADDRESSES,
+                addresses,
+                "expected etcd endpoints host:port or http(s)://host:port",
+            ));
+        }
+        endpoints.push(url);
+    }
+    let ttl = match get(keys::ETCD_LEASE_TIMEOUT) {
+        None => Duration::from_secs(10),
+        Some(v) => parse_time(keys::ETCD_LEASE_TIMEOUT, v)?,
+    };
+    // Kyuubi turns the timeout into whole seconds; etcd leases are granted in seconds.
+    let secs = ttl.as_secs();
+    if secs < 1 {
+        return Err(ConfigError::invalid(
+            keys::ETCD_LEASE_TIMEOUT,
+            get(keys::ETCD_LEASE_TIMEOUT).unwrap_or(""),
+            "must be at least one second",
+        ));
+    }
+    Ok(HaSettings::Etcd(EtcdSettings {
+        endpoints,
+        namespace,
+        lease_ttl: Duration::from_secs(secs),
+        tls,
     }))
 }
 
@@ -395,6 +519,61 @@ mod tests {
         assert_eq!(s.kind, CleanupKind::Completed);
         assert_eq!(s.context_allow.len(), 2);
         assert!(s.namespace_allow.contains("spark"));
+    }
+
+    #[test]
+    fn etcd_from_kyuubis_client_class() {
+        let base = [
+            (keys::HA_ADDRESSES, "127.0.0.1:2379, http://10.0.0.2:2379"),
+            (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
+            (keys::ETCD_LEASE_TIMEOUT, "PT12.7S"),
+        ];
+        let s = Settings::from_map(conf(&base)).unwrap();
+        let HaSettings::Etcd(e) = s.ha else {
+            panic!("expected etcd")
+        };
+        assert_eq!(
+            e.endpoints,
+            ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        assert_eq!(e.lease_ttl, Duration::from_secs(12));
+        assert_eq!(e.root(), "/kyuubi-podsweep/elections");
+        assert!(e.tls.is_none());
+        let mut tls = base.to_vec();
+        tls.push((keys::ETCD_SSL_ENABLED, "true"));
+        tls.push((keys::ETCD_SSL_CA, "/ca.pem"));
+        tls.push((keys::ETCD_SSL_CERT, "/c.pem"));
+        let e = Settings::from_map(conf(&tls)).unwrap_err();
+        assert_eq!(e.key(), keys::ETCD_SSL_KEY, "the missing key is named");
+        tls.push((keys::ETCD_SSL_KEY, "/k.pem"));
+        let HaSettings::Etcd(e) = Settings::from_map(conf(&tls)).unwrap().ha else {
+            panic!("expected etcd")
+        };
+        assert_eq!(e.endpoints[0], "https://127.0.0.1:2379");
+        assert_eq!(e.tls.unwrap().key, "/k.pem");
+        let e = Settings::from_map(conf(&[
+            (keys::HA_ADDRESSES, "127.0.0.1:2379"),
+            (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
+            (keys::ETCD_LEASE_TIMEOUT, "500"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.key(), keys::ETCD_LEASE_TIMEOUT);
+    }
+
+    #[test]
+    fn an_embedded_zookeeper_falls_back_to_local() {
+        let s = Settings::from_map(conf(&[
+            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+            (keys::HA_EMBEDDED, "true"),
+        ]))
+        .unwrap();
+        assert_eq!(s.ha, HaSettings::Local);
+        let e = Settings::from_map(conf(&[
+            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+            (keys::HA_EMBEDDED, "maybe"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.key(), keys::HA_EMBEDDED);
     }
 
     #[test]

@@ -87,6 +87,13 @@ impl Engine {
         let backend: Arc<dyn Backend> = match &settings.ha {
             HaSettings::Local => Arc::new(LocalBackend),
             HaSettings::ZooKeeper(zk) => Arc::new(ZooKeeperBackend::new(zk.clone())),
+            HaSettings::Etcd(_) => {
+                return Err(EngineError::Config(ConfigError::invalid(
+                    keys::HA_CLIENT_CLASS,
+                    crate::config::ETCD_CLIENT_CLASS,
+                    "the etcd backend is not available in this build yet",
+                )))
+            }
         };
         let source = kube_source(settings.raw.clone());
         Self::with_parts(settings, server_id, backend, source, Clock::System, rt)
