@@ -30,6 +30,8 @@ pub mod keys {
     pub const ETCD_SSL_KEY: &str = "kyuubi.ha.etcd.ssl.client.key.path";
     /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
     /// ZooKeeper that Kyuubi started for this server alone.
+    pub const LEADERLESS_ALERT: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
 }
 
@@ -145,6 +147,8 @@ pub struct Settings {
     pub context_allow: BTreeSet<String>,
     pub namespace_allow: BTreeSet<String>,
     pub ha: HaSettings,
+    /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
+    pub leaderless_alert: Duration,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
 }
@@ -190,12 +194,17 @@ impl Settings {
                 .unwrap_or_default()
         };
         let ha = parse_ha(&get)?;
+        let leaderless_alert = match get(keys::LEADERLESS_ALERT) {
+            None => Duration::from_secs(120),
+            Some(v) => parse_time(keys::LEADERLESS_ALERT, v)?,
+        };
         Ok(Settings {
             kind,
             retain,
             context_allow: list(keys::CONTEXT_ALLOW_LIST),
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,
+            leaderless_alert,
             raw: raw.clone(),
         })
     }

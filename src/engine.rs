@@ -114,7 +114,8 @@ impl Engine {
                 message: "must not be empty".into(),
             });
         }
-        let sweeper_cfg = SweeperConfig::new(settings.kind, settings.retain);
+        let mut sweeper_cfg = SweeperConfig::new(settings.kind, settings.retain);
+        sweeper_cfg.leaderless_alert = settings.leaderless_alert;
         match settings.kind {
             CleanupKind::None => info!(
                 "podsweep {} started for server {server_id}: {} = NONE, so no driver pod is deleted",

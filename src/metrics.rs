@@ -16,6 +16,10 @@ pub struct ScopeMetrics {
     pub cancelled: AtomicU64,
     pub transitions: AtomicU64,
     pub leader: AtomicU64,
+    /// Epoch milliseconds since when no leader is reachable (Paused / NoQuorum); 0 when one is.
+    pub leaderless_since_ms: AtomicU64,
+    /// 1 once the scope has been leaderless for longer than the alert threshold.
+    pub unhealthy: AtomicU64,
     outcomes: [AtomicU64; 8],
 }
 
@@ -52,7 +56,20 @@ impl ScopeMetrics {
             "cancelled": self.cancelled.load(Relaxed),
             "leadership_transitions": self.transitions.load(Relaxed),
             "leader": self.leader.load(Relaxed),
+            "healthy": self.unhealthy.load(Relaxed) == 0,
+            "leaderless_ms": match self.leaderless_since_ms.load(Relaxed) {
+                0 => 0,
+                since => epoch_ms().saturating_sub(since),
+            },
             "outcomes": outcomes,
         })
     }
+}
+
+/// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

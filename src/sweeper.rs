@@ -57,6 +57,8 @@ pub struct SweeperConfig {
     pub tombstone_ttl: Duration,
     /// Wait between attempts to build the scope's Kubernetes client.
     pub client_retry: Duration,
+    /// A scope without a reachable leader for this long is reported unhealthy.
+    pub leaderless_alert: Duration,
 }
 
 impl SweeperConfig {
@@ -69,6 +71,7 @@ impl SweeperConfig {
             retry_cap: Duration::from_secs(60),
             tombstone_ttl: retain.max(Duration::from_secs(600)) + Duration::from_secs(600),
             client_retry: Duration::from_secs(30),
+            leaderless_alert: Duration::from_secs(120),
         }
     }
 }
@@ -114,6 +117,7 @@ pub fn spawn(
         inflight_uid: HashMap::new(),
         inflight_abort: HashMap::new(),
         poke_at: None,
+        leaderless_alert_at: None,
         metrics: metrics.clone(),
     };
     let task = tokio::spawn(sweeper.run(rx));
@@ -143,6 +147,8 @@ struct Sweeper {
     inflight_abort: HashMap<Uid, AbortHandle>,
     /// When dispatch was held back by an expired lease while still `Leading`: look again then.
     poke_at: Option<Instant>,
+    /// When a leaderless scope is to be reported unhealthy.
+    leaderless_alert_at: Option<Instant>,
     metrics: Arc<ScopeMetrics>,
 }
 
@@ -177,6 +183,10 @@ impl Sweeper {
                 _ = sleep_until(self.poke_at.unwrap_or_else(Instant::now)), if self.poke_at.is_some() => {
                     self.poke_at = None;
                     self.dispatch();
+                }
+                _ = sleep_until(self.leaderless_alert_at.unwrap_or_else(Instant::now)), if self.leaderless_alert_at.is_some() => {
+                    self.leaderless_alert_at = None;
+                    self.raise_leaderless_alert();
                 }
             }
         }
@@ -269,6 +279,7 @@ impl Sweeper {
 
     fn on_leadership(&mut self, st: &Status) {
         ScopeMetrics::inc(&self.metrics.transitions);
+        self.track_health(st);
         let leading = st.leadership == Leadership::Leading;
         self.metrics
             .leader
@@ -301,6 +312,42 @@ impl Sweeper {
                 );
             }
         }
+    }
+
+    /// Paused and NoQuorum mean no leader can act; Leading and Following mean one can.
+    fn track_health(&mut self, st: &Status) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let leaderless = matches!(st.leadership, Leadership::Paused | Leadership::NoQuorum);
+        let since = self.metrics.leaderless_since_ms.load(Relaxed);
+        if leaderless && since == 0 {
+            self.metrics
+                .leaderless_since_ms
+                .store(crate::metrics::epoch_ms().max(1), Relaxed);
+            self.leaderless_alert_at = Some(Instant::now() + self.cfg.leaderless_alert);
+        } else if !leaderless && since != 0 {
+            self.metrics.leaderless_since_ms.store(0, Relaxed);
+            self.leaderless_alert_at = None;
+            if self.metrics.unhealthy.swap(0, Relaxed) == 1 {
+                info!(
+                    scope = %self.scope,
+                    "Scope {} has a cleanup leader again ({}: {}); {} pods tracked",
+                    self.scope, st.leadership.as_str(), st.reason, self.tracker.len()
+                );
+            }
+        }
+    }
+
+    fn raise_leaderless_alert(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.metrics.unhealthy.store(1, Relaxed);
+        let st = self.election.status();
+        error!(
+            scope = %self.scope,
+            "Scope {} has had no reachable cleanup leader for over {:?} ({}: {}); nothing is deleted \
+             until the HA backend is reachable again, {} pods wait ({} already due)",
+            self.scope, self.cfg.leaderless_alert, st.leadership.as_str(), st.reason,
+            self.tracker.len(), self.due.len()
+        );
     }
 
     fn dispatch(&mut self) {

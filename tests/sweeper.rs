@@ -486,3 +486,26 @@ async fn a_backlog_larger_than_the_in_flight_cap_drains_completely() {
     assert_eq!(seen.len(), 50);
     assert_eq!(f.status()["tracked"], 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_scope_without_a_reachable_leader_turns_unhealthy_and_recovers() {
+    start();
+    let f = Fixture::new("ALL").await;
+    f.lead().await;
+    assert_eq!(f.status()["healthy"], true);
+    f.signal().await.no_quorum("cannot reach ZooKeeper");
+    f.settle().await;
+    advance(Duration::from_secs(119)).await;
+    f.settle().await;
+    assert_eq!(
+        f.status()["healthy"],
+        true,
+        "not before the threshold (PT2M by default)"
+    );
+    advance(Duration::from_secs(2)).await;
+    f.settle().await;
+    assert_eq!(f.status()["healthy"], false);
+    f.lead().await;
+    assert_eq!(f.status()["healthy"], true);
+    assert_eq!(f.status()["leaderless_ms"], 0);
+}
