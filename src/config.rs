@@ -30,6 +30,18 @@ pub mod keys {
     pub const ETCD_SSL_KEY: &str = "kyuubi.ha.etcd.ssl.client.key.path";
     /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
     /// ZooKeeper that Kyuubi started for this server alone.
+    pub const RATE_QPS: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps";
+    pub const RATE_BURST: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.burst";
+    pub const MAX_IN_FLIGHT: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.maxInFlight";
+    pub const DRY_RUN: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.dryRun";
+    pub const RETRY_MAX_WAIT: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.retry.maxWait";
+    pub const FORBIDDEN_RETRY: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.retryInterval";
+    pub const FORBIDDEN_SUMMARY: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.summaryInterval";
     pub const LEADERLESS_ALERT: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
@@ -149,6 +161,8 @@ pub struct Settings {
     pub ha: HaSettings,
     /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
     pub leaderless_alert: Duration,
+    /// How DELETEs are paced and retried.
+    pub tuning: Tuning,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
 }
@@ -205,6 +219,7 @@ impl Settings {
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,
             leaderless_alert,
+            tuning: parse_tuning(&get)?,
             raw: raw.clone(),
         })
     }
@@ -276,6 +291,90 @@ fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, Co
         session_timeout: ms(keys::ZK_SESSION_TIMEOUT, 60_000)?,
         connection_timeout: ms(keys::ZK_CONNECTION_TIMEOUT, 15_000)?,
     }))
+}
+
+/// How DELETEs are paced and retried, per scope.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Token-bucket rate of DELETEs per second.
+    pub qps: f64,
+    /// Token-bucket size.
+    pub burst: u32,
+    /// DELETEs in flight at most.
+    pub max_in_flight: usize,
+    /// Send DELETEs with server-side `dryRun=All`; log "would delete".
+    pub dry_run: bool,
+    /// Cap of the exponential backoff after 429, 5xx and transport failures.
+    pub retry_max_wait: Duration,
+    /// Wait between retries of a pod whose DELETE was forbidden (403).
+    pub forbidden_retry: Duration,
+    /// At most one ERROR summary of forbidden pods per scope per this interval.
+    pub forbidden_summary: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            qps: 10.0,
+            burst: 20,
+            max_in_flight: 8,
+            dry_run: false,
+            retry_max_wait: Duration::from_secs(60),
+            forbidden_retry: Duration::from_secs(60),
+            forbidden_summary: Duration::from_secs(60),
+        }
+    }
+}
+
+fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, ConfigError> {
+    let d = Tuning::default();
+    let qps = match get(keys::RATE_QPS) {
+        None => d.qps,
+        Some(v) => match v.parse::<f64>() {
+            Ok(q) if q.is_finite() && q > 0.0 => q,
+            _ => {
+                return Err(ConfigError::invalid(
+                    keys::RATE_QPS,
+                    v,
+                    "expected a positive number",
+                ))
+            }
+        },
+    };
+    let positive = |key: &str, default: u64| -> Result<u64, ConfigError> {
+        match get(key) {
+            None => Ok(default),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 && n <= 1_000_000 => Ok(n),
+                _ => Err(ConfigError::invalid(
+                    key,
+                    v,
+                    "expected a whole number from 1 to 1000000",
+                )),
+            },
+        }
+    };
+    let time = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
+        match get(key) {
+            None => Ok(default),
+            Some(v) => {
+                let t = parse_time(key, v)?;
+                if t.is_zero() {
+                    return Err(ConfigError::invalid(key, v, "must be greater than zero"));
+                }
+                Ok(t)
+            }
+        }
+    };
+    Ok(Tuning {
+        qps,
+        burst: positive(keys::RATE_BURST, u64::from(d.burst))? as u32,
+        max_in_flight: positive(keys::MAX_IN_FLIGHT, d.max_in_flight as u64)? as usize,
+        dry_run: parse_bool(keys::DRY_RUN, get(keys::DRY_RUN), false)?,
+        retry_max_wait: time(keys::RETRY_MAX_WAIT, d.retry_max_wait)?,
+        forbidden_retry: time(keys::FORBIDDEN_RETRY, d.forbidden_retry)?,
+        forbidden_summary: time(keys::FORBIDDEN_SUMMARY, d.forbidden_summary)?,
+    })
 }
 
 fn parse_bool(key: &str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
@@ -567,6 +666,36 @@ mod tests {
         ]))
         .unwrap_err();
         assert_eq!(e.key(), keys::ETCD_LEASE_TIMEOUT);
+    }
+
+    #[test]
+    fn tuning_keys() {
+        let s = Settings::from_map(HashMap::new()).unwrap();
+        assert_eq!(s.tuning, Tuning::default());
+        let s = Settings::from_map(conf(&[
+            (keys::RATE_QPS, "2.5"),
+            (keys::RATE_BURST, "5"),
+            (keys::MAX_IN_FLIGHT, "3"),
+            (keys::DRY_RUN, "true"),
+            (keys::FORBIDDEN_RETRY, "PT5M"),
+        ]))
+        .unwrap();
+        assert_eq!(s.tuning.qps, 2.5);
+        assert_eq!(s.tuning.burst, 5);
+        assert_eq!(s.tuning.max_in_flight, 3);
+        assert!(s.tuning.dry_run);
+        assert_eq!(s.tuning.forbidden_retry, Duration::from_secs(300));
+        for (key, bad) in [
+            (keys::RATE_QPS, "0"),
+            (keys::RATE_QPS, "fast"),
+            (keys::RATE_BURST, "-1"),
+            (keys::MAX_IN_FLIGHT, "0"),
+            (keys::DRY_RUN, "yes"),
+            (keys::RETRY_MAX_WAIT, "PT0S"),
+        ] {
+            let e = Settings::from_map(conf(&[(key, bad)])).unwrap_err();
+            assert_eq!(e.key(), key, "{bad}");
+        }
     }
 
     #[test]

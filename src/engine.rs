@@ -116,6 +116,7 @@ impl Engine {
         }
         let mut sweeper_cfg = SweeperConfig::new(settings.kind, settings.retain);
         sweeper_cfg.leaderless_alert = settings.leaderless_alert;
+        sweeper_cfg.tuning = settings.tuning.clone();
         match settings.kind {
             CleanupKind::None => info!(
                 "podsweep {} started for server {server_id}: {} = NONE, so no driver pod is deleted",
@@ -145,10 +146,6 @@ impl Engine {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
-    }
-
-    pub fn sweeper_config_mut(&mut self) -> &mut SweeperConfig {
-        &mut self.sweeper_cfg
     }
 
     /// Feeds one pod event. Non-blocking.

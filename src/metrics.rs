@@ -20,12 +20,56 @@ pub struct ScopeMetrics {
     pub leaderless_since_ms: AtomicU64,
     /// 1 once the scope has been leaderless for longer than the alert threshold.
     pub unhealthy: AtomicU64,
+    /// Age of the oldest pod past its deadline, measured every few seconds.
+    pub oldest_overdue_ms: AtomicU64,
     outcomes: [AtomicU64; 8],
+    /// Lag from deadline to accepted DELETE: buckets of 0.1 s x 2^k (k = 0..13), then overflow.
+    lag_buckets: [AtomicU64; LAG_BUCKETS + 1],
+    lag_sum_ms: AtomicU64,
+    lag_max_ms: AtomicU64,
+}
+
+const LAG_BUCKETS: usize = 14;
+
+/// Upper bound of lag bucket `k`, in seconds.
+fn lag_bound(k: usize) -> f64 {
+    0.1 * f64::from(1u32 << k)
 }
 
 impl ScopeMetrics {
     pub fn outcome(&self, class: OutcomeClass) {
         self.outcomes[class.index()].fetch_add(1, Relaxed);
+    }
+
+    pub fn record_lag(&self, secs: f64) {
+        let k = (0..LAG_BUCKETS)
+            .find(|&k| secs <= lag_bound(k))
+            .unwrap_or(LAG_BUCKETS);
+        self.lag_buckets[k].fetch_add(1, Relaxed);
+        let ms = (secs * 1000.0) as u64;
+        self.lag_sum_ms.fetch_add(ms, Relaxed);
+        self.lag_max_ms.fetch_max(ms, Relaxed);
+    }
+
+    /// Upper bound of the bucket holding quantile `q` of the lag, in seconds.
+    fn lag_quantile(&self, counts: &[u64], q: f64) -> Option<f64> {
+        let total: u64 = counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (k, c) in counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return Some(if k < LAG_BUCKETS {
+                    lag_bound(k)
+                } else {
+                    self.lag_max_ms.load(Relaxed) as f64 / 1000.0
+                });
+            }
+        }
+        None
     }
 
     pub fn outcome_count(&self, class: OutcomeClass) -> u64 {
@@ -45,7 +89,19 @@ impl ScopeMetrics {
         for c in OutcomeClass::ALL {
             outcomes.insert(c.as_str().into(), self.outcome_count(c).into());
         }
+        let counts: Vec<u64> = self.lag_buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let lag = serde_json::json!({
+            "count": counts.iter().sum::<u64>(),
+            "sum_seconds": self.lag_sum_ms.load(Relaxed) as f64 / 1000.0,
+            "max_seconds": self.lag_max_ms.load(Relaxed) as f64 / 1000.0,
+            "p50_seconds_le": self.lag_quantile(&counts, 0.5),
+            "p99_seconds_le": self.lag_quantile(&counts, 0.99),
+            "bucket_bounds_seconds": (0..LAG_BUCKETS).map(lag_bound).collect::<Vec<_>>(),
+            "bucket_counts": counts,
+        });
         serde_json::json!({
+            "lag": lag,
+            "oldest_overdue_ms": self.oldest_overdue_ms.load(Relaxed),
             "observed": self.observed.load(Relaxed),
             "tracked": self.tracked.load(Relaxed),
             "scheduled": self.scheduled.load(Relaxed),

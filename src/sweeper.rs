@@ -30,7 +30,7 @@ use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
-use crate::config::CleanupKind;
+use crate::config::{CleanupKind, Tuning};
 use crate::deleter::{Outcome, OutcomeClass, PodDeleter};
 use crate::election::{ElectionHandle, Leadership, Status};
 use crate::metrics::ScopeMetrics;
@@ -48,17 +48,16 @@ pub type DeleterSource =
 pub struct SweeperConfig {
     pub kind: CleanupKind,
     pub retain: Duration,
-    pub dry_run: bool,
-    /// At most this many DELETEs in flight per scope.
-    pub max_inflight: usize,
-    /// Cap of the retry backoff.
-    pub retry_cap: Duration,
+    /// Pacing, in-flight cap, dry run, retry waits.
+    pub tuning: Tuning,
     /// How long a cleaned UID is remembered.
     pub tombstone_ttl: Duration,
     /// Wait between attempts to build the scope's Kubernetes client.
     pub client_retry: Duration,
     /// A scope without a reachable leader for this long is reported unhealthy.
     pub leaderless_alert: Duration,
+    /// How often the age of the oldest overdue pod is measured.
+    pub overdue_probe: Duration,
 }
 
 impl SweeperConfig {
@@ -66,12 +65,44 @@ impl SweeperConfig {
         SweeperConfig {
             kind,
             retain,
-            dry_run: false,
-            max_inflight: 16,
-            retry_cap: Duration::from_secs(60),
+            tuning: Tuning::default(),
             tombstone_ttl: retain.max(Duration::from_secs(600)) + Duration::from_secs(600),
             client_retry: Duration::from_secs(30),
             leaderless_alert: Duration::from_secs(120),
+            overdue_probe: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A token bucket: `qps` tokens a second, at most `burst` saved up.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    last: Instant,
+    qps: f64,
+    burst: f64,
+}
+
+impl Bucket {
+    fn new(qps: f64, burst: u32) -> Self {
+        Bucket {
+            tokens: f64::from(burst),
+            last: Instant::now(),
+            qps,
+            burst: f64::from(burst),
+        }
+    }
+
+    /// Takes a token, or says how long until one is there.
+    fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let gained = now.duration_since(self.last).as_secs_f64() * self.qps;
+        self.tokens = (self.tokens + gained).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
         }
     }
 }
@@ -104,6 +135,9 @@ pub fn spawn(
     let status = election.watch();
     let sweeper = Sweeper {
         tracker: Tracker::new(cfg.tombstone_ttl),
+        bucket: Bucket::new(cfg.tuning.qps, cfg.tuning.burst),
+        forbidden: HashMap::new(),
+        forbidden_summary_at: None,
         scope,
         cfg,
         clock,
@@ -149,6 +183,11 @@ struct Sweeper {
     poke_at: Option<Instant>,
     /// When a leaderless scope is to be reported unhealthy.
     leaderless_alert_at: Option<Instant>,
+    bucket: Bucket,
+    /// Pods whose last DELETE was forbidden (403), with the API's message.
+    forbidden: HashMap<Uid, String>,
+    /// When the next summary of forbidden pods may be logged.
+    forbidden_summary_at: Option<Instant>,
     metrics: Arc<ScopeMetrics>,
 }
 
@@ -156,6 +195,8 @@ impl Sweeper {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         let mut status = self.election.watch();
         let mut build_at = Some(Instant::now());
+        let mut probe = tokio::time::interval(self.cfg.overdue_probe);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.update_gauges();
             tokio::select! {
@@ -184,6 +225,10 @@ impl Sweeper {
                     self.poke_at = None;
                     self.dispatch();
                 }
+                _ = sleep_until(self.forbidden_summary_at.unwrap_or_else(Instant::now)), if self.forbidden_summary_at.is_some() => {
+                    self.summarise_forbidden();
+                }
+                _ = probe.tick(), if !self.tracker.is_empty() => self.probe_overdue(),
                 _ = sleep_until(self.leaderless_alert_at.unwrap_or_else(Instant::now)), if self.leaderless_alert_at.is_some() => {
                     self.leaderless_alert_at = None;
                     self.raise_leaderless_alert();
@@ -260,6 +305,7 @@ impl Sweeper {
                 if let Some(abort) = self.inflight_abort.remove(&uid) {
                     abort.abort();
                 }
+                self.forbidden.remove(&uid);
                 debug!(
                     scope = %self.scope, pod = %rec.name, uid = %uid,
                     "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name
@@ -354,7 +400,7 @@ impl Sweeper {
         let Some(deleter) = self.deleter.clone() else {
             return;
         };
-        while self.inflight.len() < self.cfg.max_inflight {
+        while self.inflight.len() < self.cfg.tuning.max_in_flight {
             if self.due.is_empty() {
                 return;
             }
@@ -374,12 +420,20 @@ impl Sweeper {
             if rec.stage != Stage::Due {
                 continue;
             }
+            let now = Instant::now();
+            if let Err(wait) = self.bucket.take(now) {
+                // Rate limit: this pod goes first once a token is there.
+                self.due.push_front(uid);
+                let at = now + wait;
+                self.poke_at = Some(self.poke_at.map_or(at, |p| p.min(at)));
+                return;
+            }
             rec.stage = Stage::Deleting;
             let name = rec.name.clone();
             let authority = self.election.authority();
             let deleter = deleter.clone();
             let metrics = self.metrics.clone();
-            let dry_run = self.cfg.dry_run;
+            let dry_run = self.cfg.tuning.dry_run;
             let task_uid = uid.clone();
             let abort = self.inflight.spawn(async move {
                 // The last check before the request leaves: a lease that ran out since dispatch
@@ -435,8 +489,8 @@ impl Sweeper {
             .duration_since(deadline)
             .unwrap_or_default()
             .as_secs_f64();
-        let verb = if self.cfg.dry_run {
-            "Would delete"
+        let verb = if self.cfg.tuning.dry_run {
+            "Would delete (server-side dry run)"
         } else {
             "Deleted"
         };
@@ -455,7 +509,11 @@ impl Sweeper {
                 scope = %scope, pod = %name, uid = %uid,
                 "Pod name {name} now belongs to a newer pod (UID precondition, HTTP 409); left alone"
             ),
-            OutcomeClass::Forbidden | OutcomeClass::Other => error!(
+            OutcomeClass::Forbidden => debug!(
+                scope = %scope, pod = %name, uid = %uid,
+                "DELETE of pod {name} in scope {scope} is forbidden: {outcome}"
+            ),
+            OutcomeClass::Other => error!(
                 scope = %scope, pod = %name, uid = %uid, code = ?outcome.code,
                 "DELETE of pod {name} in scope {scope} was refused: {outcome}; retry {}",
                 rec.attempts + 1
@@ -465,6 +523,17 @@ impl Sweeper {
                 "DELETE of pod {name} in scope {scope} did not complete: {outcome}; retry {}",
                 rec.attempts + 1
             ),
+        }
+        if outcome.class == OutcomeClass::Accepted {
+            self.metrics.record_lag(late);
+        }
+        if outcome.class == OutcomeClass::Forbidden {
+            self.forbidden.insert(uid.clone(), outcome.to_string());
+            if self.forbidden_summary_at.is_none() {
+                self.summarise_forbidden();
+            }
+        } else {
+            self.forbidden.remove(&uid);
         }
         if outcome.class.is_done() {
             self.tracker.settle(&uid, Instant::now());
@@ -482,14 +551,53 @@ impl Sweeper {
         rec.attempts += 1;
         rec.stage = Stage::Backoff;
         ScopeMetrics::inc(&self.metrics.retries);
-        let delay = schedule::retry_delay(
-            rec.attempts,
-            outcome.retry_after,
-            self.cfg.retry_cap,
-            rand::random::<f64>(),
-        );
+        let jitter = rand::random::<f64>();
+        let delay = if outcome.class == OutcomeClass::Forbidden {
+            // RBAC is fixed by people, not by retrying: retry slowly, never give up.
+            self.cfg.tuning.forbidden_retry.mul_f64(0.9 + 0.2 * jitter)
+        } else {
+            schedule::retry_delay(
+                rec.attempts,
+                outcome.retry_after,
+                self.cfg.tuning.retry_max_wait,
+                jitter,
+            )
+        };
         let key = self.queue.insert(uid.clone(), delay);
         self.keys.insert(uid, key);
+    }
+
+    /// One ERROR per scope per interval for every pod RBAC keeps us from deleting.
+    fn summarise_forbidden(&mut self) {
+        self.forbidden
+            .retain(|uid, _| self.tracker.get(uid).is_some());
+        let Some(example) = self.forbidden.values().next() else {
+            self.forbidden_summary_at = None;
+            return;
+        };
+        error!(
+            scope = %self.scope,
+            "DELETE is forbidden for {} pods in scope {}: {example}. They are kept and retried every \
+             ~{:?}; grant the Kyuubi service account `delete` on pods in this namespace",
+            self.forbidden.len(), self.scope, self.cfg.tuning.forbidden_retry
+        );
+        self.forbidden_summary_at = Some(Instant::now() + self.cfg.tuning.forbidden_summary);
+    }
+
+    /// The age of the oldest pod past its deadline (a gauge; O(tracked) every few seconds).
+    fn probe_overdue(&self) {
+        let now = self.clock.now();
+        let oldest = self
+            .tracker
+            .iter()
+            .filter(|(_, r)| r.stage != Stage::Scheduled)
+            .filter_map(|(_, r)| {
+                let d = schedule::deadline(r.terminated_at, r.first_seen, self.cfg.retain, now);
+                now.duration_since(d).ok()
+            })
+            .max()
+            .unwrap_or_default();
+        ScopeMetrics::set(&self.metrics.oldest_overdue_ms, oldest.as_millis() as usize);
     }
 
     fn update_gauges(&self) {

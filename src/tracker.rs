@@ -142,6 +142,10 @@ impl Tracker {
         self.tombstones.contains_key(uid)
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Record)> {
+        self.records.iter()
+    }
+
     pub fn len(&self) -> usize {
         self.records.len()
     }

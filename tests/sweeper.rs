@@ -56,6 +56,10 @@ struct Fixture {
 
 impl Fixture {
     async fn new(kind: &str) -> Self {
+        Self::with_conf(kind, &[]).await
+    }
+
+    async fn with_conf(kind: &str, extra: &[(&str, &str)]) -> Self {
         let (service, mock) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "spark");
         let source: DeleterSource = Arc::new(move |_scope| {
@@ -65,6 +69,7 @@ impl Fixture {
         let conf: HashMap<String, String> =
             [(keys::CLEANUP_KIND, kind), (keys::RETAIN_PERIOD, "PT1M")]
                 .into_iter()
+                .chain(extra.iter().copied())
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect();
         let backend = ManualBackend::default();
@@ -365,12 +370,30 @@ async fn each_outcome_class_gets_its_action() {
         .expect("retried");
     assert_eq!(Instant::now().duration_since(t0), Duration::from_secs(7));
     send.send_response(status_reply(200, "", None));
-    // 403, 503 and a transport error: retried with backoff until accepted.
-    for uid in ["forbidden", "unavailable", "reset"] {
+    // 403: kept and retried slowly (forbidden.retryInterval, PT1M +-10 %).
+    f.observe(f.pod(
+        "forbidden",
+        EventKind::Update,
+        AppState::Finished,
+        Some(600),
+    ));
+    let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
+    send.send_response(status_reply(403, "Forbidden", None));
+    f.settle().await;
+    assert!(
+        f.next_delete(Duration::from_secs(53)).await.is_none(),
+        "not retried tightly"
+    );
+    let (_, _, send) = f
+        .next_delete(Duration::from_secs(14))
+        .await
+        .expect("retried after ~60 s");
+    send.send_response(status_reply(200, "", None));
+    // 503 and a transport error: retried with backoff until accepted.
+    for uid in ["unavailable", "reset"] {
         f.observe(f.pod(uid, EventKind::Update, AppState::Finished, Some(600)));
         let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
         match uid {
-            "forbidden" => send.send_response(status_reply(403, "Forbidden", None)),
             "unavailable" => send.send_response(status_reply(503, "ServiceUnavailable", None)),
             _ => send.send_error(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
@@ -508,4 +531,163 @@ async fn a_scope_without_a_reachable_leader_turns_unhealthy_and_recovers() {
     f.lead().await;
     assert_eq!(f.status()["healthy"], true);
     assert_eq!(f.status()["leaderless_ms"], 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletes_are_paced_by_the_rate_limit() {
+    start();
+    let mut f = Fixture::with_conf(
+        "ALL",
+        &[
+            (keys::RATE_QPS, "10"),
+            (keys::RATE_BURST, "20"),
+            (keys::MAX_IN_FLIGHT, "100"),
+        ],
+    )
+    .await;
+    f.lead().await;
+    for i in 0..50 {
+        f.observe(f.pod(
+            &format!("r{i}"),
+            EventKind::Update,
+            AppState::Finished,
+            Some(3600),
+        ));
+    }
+    let t0 = Instant::now();
+    let mut at = Vec::new();
+    while let Some((_, _, send)) = f.next_delete(Duration::from_secs(1)).await {
+        at.push(Instant::now().duration_since(t0));
+        send.send_response(status_reply(200, "", None));
+    }
+    assert_eq!(at.len(), 50);
+    // A burst of 20 at once, then 10 a second: the 50th goes out 3 s after the first.
+    assert!(at[19] < Duration::from_millis(1), "{:?}", at[19]);
+    assert!(at[20] >= Duration::from_millis(100), "{:?}", at[20]);
+    let last = at[49];
+    assert!(
+        last >= Duration::from_millis(2990) && last <= Duration::from_millis(3100),
+        "{last:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_more_than_max_in_flight_deletes_at_once() {
+    start();
+    let mut f = Fixture::with_conf("ALL", &[(keys::MAX_IN_FLIGHT, "3")]).await;
+    f.lead().await;
+    for i in 0..10 {
+        f.observe(f.pod(
+            &format!("c{i}"),
+            EventKind::Update,
+            AppState::Finished,
+            Some(3600),
+        ));
+    }
+    let mut pending = Vec::new();
+    while let Some((_, _, send)) = f.next_delete(Duration::from_millis(100)).await {
+        pending.push(send);
+    }
+    assert_eq!(pending.len(), 3, "three unanswered DELETEs and no fourth");
+    assert_eq!(f.status()["inflight"], 3);
+    pending
+        .pop()
+        .unwrap()
+        .send_response(status_reply(200, "", None));
+    assert!(
+        f.next_delete(Duration::from_millis(100)).await.is_some(),
+        "a freed slot is refilled"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dry_run_sends_a_server_side_dry_run_delete() {
+    start();
+    let mut f = Fixture::with_conf("ALL", &[(keys::DRY_RUN, "true")]).await;
+    f.lead().await;
+    f.observe(f.pod("dry", EventKind::Update, AppState::Finished, Some(3600)));
+    let (_, body, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
+    assert_eq!(body["dryRun"], serde_json::json!(["All"]));
+    assert_eq!(body["preconditions"]["uid"], "dry");
+    send.send_response(status_reply(200, "", None));
+}
+
+/// Collects formatted log lines of the current thread (the tests run on one thread).
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Lines {
+    fn matching(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn forbidden_pods_are_summarised_once_per_interval() {
+    start();
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut f = Fixture::with_conf("ALL", &[(keys::FORBIDDEN_SUMMARY, "PT5M")]).await;
+    f.lead().await;
+    for i in 0..30 {
+        f.observe(f.pod(
+            &format!("f{i}"),
+            EventKind::Update,
+            AppState::Finished,
+            Some(3600),
+        ));
+    }
+    // Ten minutes of 403s: every pod retried about once a minute, never dropped.
+    let t0 = Instant::now();
+    let mut answered = 0;
+    while Instant::now().duration_since(t0) < Duration::from_secs(600) {
+        let Some((_, _, send)) = f.next_delete(Duration::from_secs(120)).await else {
+            break;
+        };
+        send.send_response(status_reply(403, "Forbidden", None));
+        answered += 1;
+    }
+    f.settle().await;
+    assert!(
+        answered >= 30 * 9,
+        "every pod keeps being retried: {answered}"
+    );
+    assert_eq!(f.status()["tracked"], 30, "no pod dropped");
+    let errors = lines.matching("ERROR");
+    assert!(
+        (2..=3).contains(&errors.len()),
+        "one summary at once and one per 5 minutes, not one per pod: {errors:#?}"
+    );
+    assert!(
+        errors[0].contains("DELETE is forbidden for") && errors[0].contains("pods in scope"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors
+            .iter()
+            .all(|l| l.contains("403") && l.contains("mock says Forbidden")),
+        "{errors:#?}"
+    );
+    assert!(lines.matching("WARN").is_empty());
 }
