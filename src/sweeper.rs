@@ -165,6 +165,9 @@ pub fn spawn(
 
 type Uid = Arc<str>;
 
+/// Delay of the first summary of forbidden pods after the first 403.
+const FIRST_FORBIDDEN_SUMMARY: Duration = Duration::from_secs(5);
+
 struct Sweeper {
     scope: Scope,
     cfg: SweeperConfig,
@@ -530,7 +533,8 @@ impl Sweeper {
         if outcome.class == OutcomeClass::Forbidden {
             self.forbidden.insert(uid.clone(), outcome.to_string());
             if self.forbidden_summary_at.is_none() {
-                self.summarise_forbidden();
+                // The first summary waits a moment so that it counts a whole burst of 403s.
+                self.forbidden_summary_at = Some(Instant::now() + FIRST_FORBIDDEN_SUMMARY);
             }
         } else {
             self.forbidden.remove(&uid);
@@ -577,7 +581,7 @@ impl Sweeper {
         };
         error!(
             scope = %self.scope,
-            "DELETE is forbidden for {} pods in scope {}: {example}. They are kept and retried every \
+            "DELETE is forbidden for {} pod(s) in scope {}: {example}. They are kept and retried every \
              ~{:?}; grant the Kyuubi service account `delete` on pods in this namespace",
             self.forbidden.len(), self.scope, self.cfg.tuning.forbidden_retry
         );
