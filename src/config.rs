@@ -23,6 +23,17 @@ pub mod keys {
     pub const HA_CLIENT_CLASS: &str = "kyuubi.ha.client.class";
     pub const ZK_SESSION_TIMEOUT: &str = "kyuubi.ha.zookeeper.session.timeout";
     pub const ZK_CONNECTION_TIMEOUT: &str = "kyuubi.ha.zookeeper.connection.timeout";
+    pub const ZK_AUTH_TYPE: &str = "kyuubi.ha.zookeeper.auth.type";
+    pub const ZK_AUTH_DIGEST: &str = "kyuubi.ha.zookeeper.auth.digest";
+    pub const ZK_AUTH_PRINCIPAL: &str = "kyuubi.ha.zookeeper.auth.principal";
+    pub const ZK_AUTH_KEYTAB: &str = "kyuubi.ha.zookeeper.auth.keytab";
+    pub const ZK_AUTH_SERVER_PRINCIPAL: &str = "kyuubi.ha.zookeeper.auth.serverPrincipal";
+    pub const KINIT_PRINCIPAL: &str = "kyuubi.kinit.principal";
+    pub const KINIT_KEYTAB: &str = "kyuubi.kinit.keytab";
+    pub const ZK_RETRY_POLICY: &str = "kyuubi.ha.zookeeper.connection.retry.policy";
+    pub const ZK_MAX_RETRIES: &str = "kyuubi.ha.zookeeper.connection.max.retries";
+    pub const ZK_BASE_RETRY_WAIT: &str = "kyuubi.ha.zookeeper.connection.base.retry.wait";
+    pub const ZK_MAX_RETRY_WAIT: &str = "kyuubi.ha.zookeeper.connection.max.retry.wait";
     pub const ETCD_LEASE_TIMEOUT: &str = "kyuubi.ha.etcd.lease.timeout";
     pub const ETCD_SSL_ENABLED: &str = "kyuubi.ha.etcd.ssl.enabled";
     pub const ETCD_SSL_CA: &str = "kyuubi.ha.etcd.ssl.ca.path";
@@ -142,6 +153,69 @@ pub struct ZkSettings {
     pub namespace: String,
     pub session_timeout: Duration,
     pub connection_timeout: Duration,
+    /// `kyuubi.ha.zookeeper.auth.type`.
+    pub auth: ZkAuth,
+    /// `kyuubi.ha.zookeeper.auth.digest` (`user:password`): added as `digest` auth whenever set,
+    /// whatever the auth type, as Kyuubi does.
+    pub digest: Option<String>,
+    /// Kyuubi's connection retry keys; podsweep keeps retrying forever (a cleanup leader must come
+    /// back), using the base and maximum waits for its backoff.
+    pub retry: ZkRetry,
+}
+
+impl Default for ZkSettings {
+    fn default() -> Self {
+        ZkSettings {
+            addresses: String::new(),
+            namespace: "kyuubi".into(),
+            session_timeout: Duration::from_millis(60_000),
+            connection_timeout: Duration::from_millis(15_000),
+            auth: ZkAuth::None,
+            digest: None,
+            retry: ZkRetry::default(),
+        }
+    }
+}
+
+/// `kyuubi.ha.zookeeper.auth.type`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZkAuth {
+    None,
+    /// Digest auth from `kyuubi.ha.zookeeper.auth.digest`.
+    Digest,
+    /// SASL/GSSAPI; needs a build with the `kerberos` feature.
+    Kerberos {
+        principal: Option<String>,
+        keytab: Option<String>,
+        server_principal: Option<String>,
+    },
+}
+
+impl ZkAuth {
+    /// Nodes podsweep creates get world-read + creator-all ACLs unless the auth type is NONE.
+    pub fn secure_acls(&self) -> bool {
+        !matches!(self, ZkAuth::None)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkRetry {
+    /// `ONE_TIME`, `N_TIME`, `EXPONENTIAL_BACKOFF`, `BOUNDED_EXPONENTIAL_BACKOFF`, `UNTIL_ELAPSED`.
+    pub policy: String,
+    pub max_retries: u32,
+    pub base_wait: Duration,
+    pub max_wait: Duration,
+}
+
+impl Default for ZkRetry {
+    fn default() -> Self {
+        ZkRetry {
+            policy: "EXPONENTIAL_BACKOFF".into(),
+            max_retries: 3,
+            base_wait: Duration::from_millis(1000),
+            max_wait: Duration::from_millis(30_000),
+        }
+    }
 }
 
 impl ZkSettings {
@@ -285,11 +359,94 @@ fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, Co
             },
         }
     };
+    let digest = get(keys::ZK_AUTH_DIGEST).map(str::to_owned);
+    if let Some(d) = &digest {
+        if !d.contains(':') {
+            return Err(ConfigError::invalid(
+                keys::ZK_AUTH_DIGEST,
+                "<hidden>",
+                "expected user:password",
+            ));
+        }
+    }
+    let auth = match get(keys::ZK_AUTH_TYPE)
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        None | Some("NONE") => ZkAuth::None,
+        Some("DIGEST") => {
+            if digest.is_none() {
+                return Err(ConfigError::invalid(
+                    keys::ZK_AUTH_DIGEST,
+                    "",
+                    format!("required when {} is DIGEST", keys::ZK_AUTH_TYPE),
+                ));
+            }
+            ZkAuth::Digest
+        }
+        Some("KERBEROS") => {
+            if !cfg!(feature = "kerberos") {
+                return Err(ConfigError::invalid(
+                    keys::ZK_AUTH_TYPE,
+                    "KERBEROS",
+                    "this podsweep build has no Kerberos support; rebuild with the `kerberos` \
+                     cargo feature (needs libkrb5 at build and run time)",
+                ));
+            }
+            ZkAuth::Kerberos {
+                principal: get(keys::ZK_AUTH_PRINCIPAL)
+                    .or_else(|| get(keys::KINIT_PRINCIPAL))
+                    .map(str::to_owned),
+                keytab: get(keys::ZK_AUTH_KEYTAB)
+                    .or_else(|| get(keys::KINIT_KEYTAB))
+                    .map(str::to_owned),
+                server_principal: get(keys::ZK_AUTH_SERVER_PRINCIPAL).map(str::to_owned),
+            }
+        }
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                keys::ZK_AUTH_TYPE,
+                get(keys::ZK_AUTH_TYPE).unwrap_or(""),
+                "expected NONE, DIGEST or KERBEROS",
+            ))
+        }
+    };
+    let policy = get(keys::ZK_RETRY_POLICY)
+        .unwrap_or("EXPONENTIAL_BACKOFF")
+        .to_ascii_uppercase();
+    if !matches!(
+        policy.as_str(),
+        "ONE_TIME"
+            | "N_TIME"
+            | "EXPONENTIAL_BACKOFF"
+            | "BOUNDED_EXPONENTIAL_BACKOFF"
+            | "UNTIL_ELAPSED"
+    ) {
+        return Err(ConfigError::invalid(
+            keys::ZK_RETRY_POLICY,
+            &policy,
+            "expected ONE_TIME, N_TIME, EXPONENTIAL_BACKOFF, BOUNDED_EXPONENTIAL_BACKOFF or UNTIL_ELAPSED",
+        ));
+    }
+    let max_retries = match get(keys::ZK_MAX_RETRIES) {
+        None => 3,
+        Some(v) => v.parse::<u32>().map_err(|_| {
+            ConfigError::invalid(keys::ZK_MAX_RETRIES, v, "expected a whole number")
+        })?,
+    };
     Ok(HaSettings::ZooKeeper(ZkSettings {
         addresses: addresses.to_owned(),
         namespace,
         session_timeout: ms(keys::ZK_SESSION_TIMEOUT, 60_000)?,
         connection_timeout: ms(keys::ZK_CONNECTION_TIMEOUT, 15_000)?,
+        auth,
+        digest,
+        retry: ZkRetry {
+            policy,
+            max_retries,
+            base_wait: ms(keys::ZK_BASE_RETRY_WAIT, 1000)?,
+            max_wait: ms(keys::ZK_MAX_RETRY_WAIT, 30_000)?,
+        },
     }))
 }
 
@@ -712,6 +869,55 @@ mod tests {
         ]))
         .unwrap_err();
         assert_eq!(e.key(), keys::HA_EMBEDDED);
+    }
+
+    #[test]
+    fn zookeeper_auth_and_retry_keys() {
+        let zk = |pairs: &[(&str, &str)]| {
+            let mut all = vec![(keys::HA_ADDRESSES, "127.0.0.1:2181")];
+            all.extend_from_slice(pairs);
+            Settings::from_map(conf(&all))
+        };
+        let HaSettings::ZooKeeper(z) = zk(&[]).unwrap().ha else {
+            panic!()
+        };
+        assert_eq!(z.auth, ZkAuth::None);
+        assert!(!z.auth.secure_acls());
+        assert_eq!(z.retry, ZkRetry::default());
+        let HaSettings::ZooKeeper(z) = zk(&[
+            (keys::ZK_AUTH_TYPE, "DIGEST"),
+            (keys::ZK_AUTH_DIGEST, "kyuubi:secret"),
+            (keys::ZK_RETRY_POLICY, "bounded_exponential_backoff"),
+            (keys::ZK_BASE_RETRY_WAIT, "200"),
+        ])
+        .unwrap()
+        .ha
+        else {
+            panic!()
+        };
+        assert_eq!(z.auth, ZkAuth::Digest);
+        assert!(z.auth.secure_acls());
+        assert_eq!(z.digest.as_deref(), Some("kyuubi:secret"));
+        assert_eq!(z.retry.policy, "BOUNDED_EXPONENTIAL_BACKOFF");
+        assert_eq!(z.retry.base_wait, Duration::from_millis(200));
+        let e = zk(&[(keys::ZK_AUTH_TYPE, "DIGEST")]).unwrap_err();
+        assert_eq!(e.key(), keys::ZK_AUTH_DIGEST);
+        let e = zk(&[(keys::ZK_AUTH_DIGEST, "no-colon")]).unwrap_err();
+        assert_eq!(e.key(), keys::ZK_AUTH_DIGEST);
+        assert!(
+            !e.to_string().contains("no-colon"),
+            "the secret is not echoed"
+        );
+        let e = zk(&[(keys::ZK_AUTH_TYPE, "LDAP")]).unwrap_err();
+        assert_eq!(e.key(), keys::ZK_AUTH_TYPE);
+        let e = zk(&[(keys::ZK_RETRY_POLICY, "FOREVER")]).unwrap_err();
+        assert_eq!(e.key(), keys::ZK_RETRY_POLICY);
+        #[cfg(not(feature = "kerberos"))]
+        {
+            let e = zk(&[(keys::ZK_AUTH_TYPE, "KERBEROS")]).unwrap_err();
+            assert_eq!(e.key(), keys::ZK_AUTH_TYPE);
+            assert!(e.to_string().contains("kerberos"), "{e}");
+        }
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn settings(addr: &str, session_ms: u64) -> ZkSettings {
         namespace: NAMESPACE.to_owned(),
         session_timeout: Duration::from_millis(session_ms),
         connection_timeout: Duration::from_millis(15_000),
+        ..ZkSettings::default()
     }
 }
 

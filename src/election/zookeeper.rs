@@ -495,6 +495,7 @@ mod tests {
             namespace: "kyuubi".into(),
             session_timeout: Duration::from_secs(60),
             connection_timeout: Duration::from_secs(15),
+            ..ZkSettings::default()
         });
         let scope = Scope::new(
             Some("arn:aws:eks:us-east-1:123:cluster/prod"),
