@@ -91,7 +91,7 @@ lazy val root = (project in file("."))
       s"-Dorg.slf4j.simpleLogger.logFile=${(target.value / "test-output.log").getAbsolutePath}",
       "-Dzookeeper.admin.enableServer=false"
     ),
-    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oDF"),
+    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oDS"),
     Test / run / fork := true,
     Test / run / javaOptions ++= Seq(
       "-Xmx1g",

@@ -1,0 +1,171 @@
+package org.podsweep
+
+import java.util.UUID
+import java.util.concurrent.{CountDownLatch, Executors, TimeUnit}
+import java.util.concurrent.atomic.AtomicInteger
+
+import scala.collection.JavaConverters._
+
+import org.scalatest.concurrent.Eventually
+import org.scalatest.funsuite.AnyFunSuite
+import org.scalatest.time.SpanSugar._
+
+/** Wrong use of the API gives clear exceptions and never hurts the JVM. Local mode (no HA backend). */
+class MisuseSuite extends AnyFunSuite with Eventually {
+  implicit override val patienceConfig: PatienceConfig = PatienceConfig(30.seconds, 50.millis)
+  private val deadMaster = "http://127.0.0.1:9" // never contacted: nothing here becomes due
+
+  private def localConf(extra: (String, String)*): java.util.Map[String, String] =
+    (Map(
+      "kyuubi.kubernetes.master.address" -> deadMaster,
+      "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
+      "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> "PT1H"
+    ) ++ extra).asJava
+
+  private def withSweeper[T](body: PodSweeper => T): T = {
+    val s = PodSweeper.create(localConf(), "misuse:10009")
+    try body(s) finally s.close()
+  }
+
+  private def running(s: PodSweeper, ns: String, pod: String): Unit =
+    s.observe(null, ns, PodEvent.ADD, UUID.randomUUID().toString, pod, UUID.randomUUID().toString, "RUNNING",
+      true, 0L, false)
+
+  private def assertNames[E <: Throwable](e: E, words: String*): Unit =
+    words.foreach(w => assert(e.getMessage != null && e.getMessage.contains(w), s"'${e.getMessage}' should name $w"))
+
+  test("observe, isLeader and scopeStatus after close throw IllegalStateException; close twice is fine") {
+    val s = PodSweeper.create(localConf(), "misuse:10009")
+    running(s, "ns", "p1")
+    eventually(assert(s.isLeader(null, "ns"), "local mode: every server leads its scopes"))
+    s.close()
+    s.close()
+    assert(s.isClosed)
+    assertNames(intercept[IllegalStateException](running(s, "ns", "p2")), "closed")
+    assertNames(intercept[IllegalStateException](s.isLeader(null, "ns")), "closed")
+    assertNames(intercept[IllegalStateException](s.scopeStatus(null, "ns")), "closed")
+  }
+
+  test("null or empty identity arguments are rejected with the argument's name") {
+    withSweeper { s =>
+      val tag = UUID.randomUUID().toString
+      val uid = UUID.randomUUID().toString
+      assertNames(intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, tag, "pod", null, "FINISHED", true, 0L, false)), "podUid")
+      assertNames(intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, tag, "pod", "", "FINISHED", true, 0L, false)), "podUid")
+      assertNames(intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, tag, "", uid, "FINISHED", true, 0L, false)), "podName")
+      assertNames(intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, tag, null, uid, "FINISHED", true, 0L, false)), "podName")
+      assertNames(intercept[IllegalArgumentException](
+        s.observe(null, "ns", null, tag, "pod", uid, "FINISHED", true, 0L, false)), "event")
+      // Still usable afterwards.
+      running(s, "ns", "fine")
+    }
+  }
+
+  test("unknown or null appState is rejected naming appState") {
+    withSweeper { s =>
+      val e = intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, "t", "pod", "uid-1", "SOMEWHAT_DONE", true, 0L, false))
+      assertNames(e, "appState", "SOMEWHAT_DONE")
+      assertNames(intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, "t", "pod", "uid-1", null, true, 0L, false)), "appState")
+    }
+  }
+
+  test("event codes: only 0, 1, 2 exist, on the Java side and at the native boundary") {
+    assert(PodEvent.values().map(_.code()).toSeq == Seq(0, 1, 2))
+    assert(PodEvent.fromCode(2) == PodEvent.DELETE)
+    Seq(-1, 3, Int.MinValue, Int.MaxValue).foreach { c =>
+      assertNames(intercept[IllegalArgumentException](PodEvent.fromCode(c)), "event", c.toString)
+    }
+    // The native side checks too (NativeBridge is only reachable from this package).
+    val h = PodSweeper.create(localConf(), "raw:10009")
+    try {
+      val handle = { val f = classOf[PodSweeper].getDeclaredField("handle"); f.setAccessible(true); f.getLong(h) }
+      Seq(-1, 3, 7).foreach { code =>
+        val e = intercept[IllegalArgumentException](
+          NativeBridge.observe(handle, null, "ns", code, "t", "pod", "uid", "RUNNING", true, 0L, false))
+        assertNames(e, "event")
+      }
+    } finally h.close()
+  }
+
+  test("create: null map or serverId, null values, and bad configuration values name the culprit") {
+    assertNames(intercept[IllegalArgumentException](PodSweeper.create(null, "s")), "kyuubiConf")
+    assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(), null)), "serverId")
+    val withNull = new java.util.HashMap[String, String](localConf())
+    withNull.put("kyuubi.kubernetes.namespace", null)
+    assertNames(intercept[IllegalArgumentException](PodSweeper.create(withNull, "s")), "kyuubi.kubernetes.namespace")
+    val kind = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind"
+    assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(kind -> "SOMETIMES"), "s")), kind)
+    val retain = "kyuubi.kubernetes.terminatedApplicationRetainPeriod"
+    assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(retain -> "soon"), "s")), retain)
+    assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(retain -> "0"), "s")), retain)
+  }
+
+  test("a native panic surfaces as PodsweepException and the JVM carries on") {
+    NativeLoader.load()
+    val e = intercept[PodsweepException](NativeBridge.panicForTest())
+    assert(e.getMessage.contains("panic"))
+    intercept[PodsweepException](NativeBridge.panicForTest())
+    withSweeper { s =>
+      running(s, "after-panic", "p")
+      assert(ScopeStatus.parse(s.scopeStatus(null, "after-panic")).scope != null)
+    }
+  }
+
+  test("close while other threads call in: every call either works or sees IllegalStateException") {
+    val s = PodSweeper.create(localConf(), "race:10009")
+    val pool = Executors.newFixedThreadPool(4)
+    val start = new CountDownLatch(1)
+    val calls = new AtomicInteger()
+    val unexpected = new java.util.concurrent.ConcurrentLinkedQueue[Throwable]()
+    try {
+      (0 until 4).foreach { t =>
+        pool.submit(new Runnable {
+          override def run(): Unit = {
+            start.await()
+            var i = 0
+            var open = true
+            while (open && i < 1000000) {
+              try {
+                t % 3 match {
+                  case 0 => running(s, s"race-$t", s"p-$t-$i")
+                  case 1 => s.isLeader(null, s"race-$t")
+                  case _ => s.scopeStatus(null, s"race-$t")
+                }
+                calls.incrementAndGet()
+              } catch {
+                case _: IllegalStateException => open = false
+                case other: Throwable => unexpected.add(other); open = false
+              }
+              i += 1
+            }
+          }
+        })
+      }
+      start.countDown()
+      while (calls.get() < 2000) Thread.sleep(5)
+      s.close()
+      pool.shutdown()
+      assert(pool.awaitTermination(60, TimeUnit.SECONDS))
+      assert(unexpected.isEmpty, unexpected.asScala.mkString("; "))
+    } finally {
+      pool.shutdownNow()
+      s.close()
+    }
+  }
+
+  test("scope status JSON names the scope and parses") {
+    withSweeper { s =>
+      running(s, "status-ns", "p")
+      val st = ScopeStatus.parse(s.scopeStatus(null, "status-ns"))
+      assert(st.scope.contains("status-ns"), st)
+      assert(st.backend == "local", st)
+      eventually(assert(ScopeStatus.parse(s.scopeStatus(null, "status-ns")).leadership == "LEADING"))
+    }
+  }
+}

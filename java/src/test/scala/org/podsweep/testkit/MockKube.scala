@@ -1,0 +1,107 @@
+package org.podsweep.testkit
+
+import java.net.InetAddress
+import java.util.Queue
+import java.util.concurrent.{ConcurrentHashMap, ConcurrentLinkedQueue}
+
+import scala.collection.JavaConverters._
+
+import io.fabric8.kubernetes.api.model.{Pod, Status, StatusBuilder}
+import io.fabric8.kubernetes.client.{Config, ConfigBuilder, KubernetesClient, KubernetesClientBuilder}
+import io.fabric8.kubernetes.client.okhttp.OkHttpClientFactory
+import io.fabric8.kubernetes.client.server.mock.{KubernetesMixedDispatcher, KubernetesMockServer}
+import io.fabric8.mockwebserver.{Context, ServerRequest, ServerResponse}
+import okhttp3.mockwebserver.{Dispatcher, MockResponse, MockWebServer, RecordedRequest}
+
+/** One HTTP request the mock API server received. */
+final case class Recorded(method: String, path: String, bearer: Option[String], body: String, atMillis: Long) {
+  /** The path without its query string. */
+  def bare: String = path.takeWhile(_ != '?')
+
+  /** `(namespace, pod name)` if this is a request on a single pod. */
+  def pod: Option[(String, String)] = Recorded.PodPath.unapplySeq(bare) match {
+    case Some(List(ns, name)) => Some((ns, name))
+    case _ => None
+  }
+}
+
+object MockKube {
+  // okhttp's MockWebServer logs every request through java.util.logging; keep test output quiet.
+  private val julQuiet = java.util.logging.Logger.getLogger(classOf[MockWebServer].getName)
+  julQuiet.setLevel(java.util.logging.Level.WARNING)
+}
+
+object Recorded {
+  private val PodPath = "^/api/v1/namespaces/([^/]+)/pods/([^/]+)$".r
+}
+
+/**
+ * A fabric8 mock API server in CRUD mode (expectations, when set, win over CRUD) on plain HTTP
+ * at 127.0.0.1, recording every request with its `Authorization: Bearer` token so DELETEs can be
+ * attributed to the server that sent them.
+ */
+final class MockKube extends AutoCloseable {
+  MockKube.julQuiet.getLevel // initialise the JUL level before the server starts
+  private val responses = new ConcurrentHashMap[ServerRequest, Queue[ServerResponse]]()
+  private val recorded = new ConcurrentLinkedQueue[Recorded]()
+  private val mixed = new KubernetesMixedDispatcher(responses)
+
+  private val recording = new Dispatcher {
+    override def dispatch(request: RecordedRequest): MockResponse = {
+      val bearer = Option(request.getHeader("Authorization"))
+        .filter(_.startsWith("Bearer ")).map(_.stripPrefix("Bearer ").trim)
+      val body = Option(request.getBody).map(_.clone().readUtf8()).getOrElse("")
+      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, System.currentTimeMillis()))
+      mixed.dispatch(request)
+    }
+    override def shutdown(): Unit = mixed.shutdown()
+  }
+
+  val server = new KubernetesMockServer(new Context(), new MockWebServer(), responses, recording, false)
+  server.init(InetAddress.getLoopbackAddress, 0)
+
+  /** The API server URL, as `kyuubi.kubernetes.master.address` takes it. */
+  val url: String = s"http://127.0.0.1:${server.getPort}"
+
+  /** A client with its own identity (bearer token), e.g. an informer's or the test's admin. */
+  def client(token: String): KubernetesClient = {
+    val config: Config = new ConfigBuilder(Config.empty())
+      .withMasterUrl(url)
+      .withOauthToken(token)
+      .withNamespace("default")
+      .withRequestRetryBackoffLimit(0)
+      .withWatchReconnectInterval(200)
+      .build()
+    new KubernetesClientBuilder().withConfig(config).withHttpClientFactory(new OkHttpClientFactory()).build()
+  }
+
+  def requests: Seq[Recorded] = recorded.asScala.toVector
+
+  /** DELETE requests for single pods, optionally restricted to a namespace. */
+  def podDeletes(namespace: String = null): Seq[Recorded] =
+    requests.filter(r => r.method == "DELETE" && r.pod.exists(p => namespace == null || p._1 == namespace))
+
+  /** DELETE requests for one pod, by sender token. */
+  def deletesOf(namespace: String, pod: String): Map[Option[String], Int] =
+    podDeletes(namespace).filter(_.pod.contains((namespace, pod))).groupBy(_.bearer).map { case (k, v) => k -> v.size }
+
+  /** Makes every DELETE of one pod answer `code` with a Kubernetes Status body. */
+  def failDeletes(namespace: String, pod: String, code: Int, reason: String, message: String): Unit = {
+    val status: Status = new StatusBuilder()
+      .withApiVersion("v1").withKind("Status").withStatus("Failure")
+      .withCode(code).withReason(reason).withMessage(message)
+      .build()
+    // Expectations match the path with its query string; kube-rs sends a bare "?".
+    Seq("", "?").foreach { q =>
+      server.expect().delete()
+        .withPath(s"/api/v1/namespaces/$namespace/pods/$pod$q")
+        .andReturn(code, status)
+        .always()
+    }
+  }
+
+  def pod(client: KubernetesClient, namespace: String, name: String): Option[Pod] =
+    Option(client.pods().inNamespace(namespace).withName(name).get())
+
+  override def close(): Unit = server.destroy()
+}
