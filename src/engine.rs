@@ -19,6 +19,7 @@ use tracing::info;
 use crate::clock::Clock;
 use crate::config::{keys, CleanupKind, ConfigError, HaSettings, Settings};
 use crate::deleter::{KubeDeleter, PodDeleter};
+use crate::election::etcd::EtcdBackend;
 use crate::election::local::LocalBackend;
 use crate::election::zookeeper::ZooKeeperBackend;
 use crate::election::{Backend, ElectionHandle, Leadership};
@@ -87,13 +88,7 @@ impl Engine {
         let backend: Arc<dyn Backend> = match &settings.ha {
             HaSettings::Local => Arc::new(LocalBackend),
             HaSettings::ZooKeeper(zk) => Arc::new(ZooKeeperBackend::new(zk.clone())),
-            HaSettings::Etcd(_) => {
-                return Err(EngineError::Config(ConfigError::invalid(
-                    keys::HA_CLIENT_CLASS,
-                    crate::config::ETCD_CLIENT_CLASS,
-                    "the etcd backend is not available in this build yet",
-                )))
-            }
+            HaSettings::Etcd(e) => Arc::new(EtcdBackend::new(e.clone())),
         };
         let source = kube_source(settings.raw.clone());
         Self::with_parts(settings, server_id, backend, source, Clock::System, rt)

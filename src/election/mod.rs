@@ -15,6 +15,7 @@
 //! # Caveats
 //! * A backend must release leadership before its campaign future returns after cancellation.
 
+pub mod etcd;
 pub mod local;
 pub mod zookeeper;
 

@@ -1,0 +1,327 @@
+//! A real, throwaway etcd server for integration tests.
+//!
+//! [`EtcdServer::start`] runs Debian's `etcd` (3.4) as a single-member cluster on free loopback
+//! client and peer ports, with its data directory in a temporary directory and its log limited
+//! to errors. The process is killed when the value is dropped. [`EtcdServer::start_tls`] serves
+//! clients over TLS with client-certificate authentication; the CA, server and client
+//! certificates are generated with rcgen for `127.0.0.1` and `localhost`.
+//!
+//! Short leases: etcd raises every lease TTL to at least 1.5 election timeouts (rounded up to
+//! whole seconds), and on becoming leader it extends every lease by one election timeout. The
+//! harness uses `--heartbeat-interval 50 --election-timeout 500`, so leases of 1 s and up are
+//! honoured as asked, and a restarted member elects itself within about half a second.
+//!
+//! Environment overrides: `PODSWEEP_ETCD` replaces the etcd binary (default `etcd`);
+//! `PODSWEEP_ETCD_LOG=1` keeps etcd's log in `<temp dir>/etcd.log`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use tempfile::TempDir;
+
+/// How long `start` and `restart` wait for the server to serve requests.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+const MEMBER: &str = "podsweep-test";
+
+/// PEM files written for a TLS server.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// The CA that signed the server and client certificates.
+    pub ca: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    /// A CA that signed nothing the server shows: trusting only it must fail the handshake.
+    pub other_ca: PathBuf,
+}
+
+/// A single-member etcd cluster process.
+pub struct EtcdServer {
+    client_port: u16,
+    peer_port: u16,
+    dir: TempDir,
+    tls: Option<TlsFiles>,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    /// Starts a plain-text server and waits until it serves requests.
+    ///
+    /// # Panics
+    /// If etcd is missing or does not come up in time.
+    pub fn start() -> EtcdServer {
+        Self::start_with(false)
+    }
+
+    /// Starts a server that requires TLS and a client certificate signed by its CA.
+    pub fn start_tls() -> EtcdServer {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> EtcdServer {
+        let dir = tempfile::Builder::new()
+            .prefix("podsweep-etcd-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let tls = tls.then(|| write_certificates(&dir.path().join("tls")));
+        let mut server = EtcdServer {
+            client_port: free_port(),
+            peer_port: free_port(),
+            dir,
+            tls,
+            child: None,
+        };
+        server.launch();
+        server
+    }
+
+    /// `http(s)://127.0.0.1:<client port>`.
+    pub fn endpoint(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The OS process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Kills the server (SIGKILL) and waits for it; keys and leases stay in the data directory.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again (stopping it first if it runs) on the same ports with the same
+    /// data directory, and waits until it serves requests.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.launch();
+    }
+
+    /// Connection options a test client needs for this server (TLS identity included).
+    pub fn client_options(&self) -> ConnectOptions {
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        match &self.tls {
+            None => options,
+            Some(files) => options.with_tls(client_tls(files, &files.ca)),
+        }
+    }
+
+    /// A client for inspecting the server from a test.
+    pub async fn client(&self) -> Client {
+        Client::connect([self.endpoint()], Some(self.client_options()))
+            .await
+            .unwrap_or_else(|e| panic!("inspection client for {}: {e}", self.endpoint()))
+    }
+
+    fn launch(&mut self) {
+        let etcd = std::env::var("PODSWEEP_ETCD").unwrap_or_else(|_| "etcd".into());
+        let log = std::env::var("PODSWEEP_ETCD_LOG").is_ok_and(|v| v == "1");
+        let output = || -> Stdio {
+            if !log {
+                return Stdio::null();
+            }
+            let path = self.dir.path().join("etcd.log");
+            match fs::OpenOptions::new().create(true).append(true).open(&path) {
+                Ok(f) => Stdio::from(f),
+                Err(_) => Stdio::null(),
+            }
+        };
+        let client_url = self.endpoint();
+        let peer_url = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut cmd = Command::new(&etcd);
+        cmd.arg("--name")
+            .arg(MEMBER)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("{MEMBER}={peer_url}")])
+            .args(["--initial-cluster-state", "new"])
+            .args([
+                "--initial-cluster-token",
+                &format!("podsweep-{}", self.client_port),
+            ])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args([
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+                "--log-level",
+                "error",
+            ]);
+        if let Some(files) = &self.tls {
+            cmd.arg("--cert-file")
+                .arg(&files.server_cert)
+                .arg("--key-file")
+                .arg(&files.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&files.ca)
+                .arg("--client-cert-auth");
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(output())
+            .stderr(output())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {etcd}: {e} (install Debian's etcd-server or set PODSWEEP_ETCD)")
+            });
+        self.child = Some(child);
+        self.wait_serving();
+    }
+
+    /// Polls with a linearizable `get` (it needs an elected leader) until one succeeds.
+    fn wait_serving(&mut self) {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    panic!(
+                        "etcd exited with {status} at startup (PODSWEEP_ETCD_LOG=1 keeps {:?})",
+                        self.dir.path().join("etcd.log")
+                    );
+                }
+            }
+            if probe(self.endpoint(), self.client_options()) {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.stop();
+                panic!(
+                    "etcd did not serve at {} within {STARTUP_TIMEOUT:?}",
+                    self.endpoint()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One `get` from a helper thread with its own runtime (callers may be inside a runtime).
+fn probe(endpoint: String, options: ConnectOptions) -> bool {
+    let attempt = thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return false;
+        };
+        rt.block_on(async move {
+            let request = async {
+                let mut client = Client::connect([endpoint], Some(options)).await.ok()?;
+                client.get("podsweep-probe", None).await.ok()
+            };
+            matches!(
+                tokio::time::timeout(Duration::from_secs(2), request).await,
+                Ok(Some(_))
+            )
+        })
+    });
+    attempt.join().unwrap_or(false)
+}
+
+/// TLS options that present the generated client identity and trust `ca`.
+pub fn client_tls(files: &TlsFiles, ca: &Path) -> TlsOptions {
+    let read = |p: &Path| fs::read(p).unwrap_or_else(|e| panic!("cannot read {p:?}: {e}"));
+    TlsOptions::new()
+        .ca_certificate(Certificate::from_pem(read(ca)))
+        .identity(Identity::from_pem(
+            read(&files.client_cert),
+            read(&files.client_key),
+        ))
+}
+
+/// Generates a CA, a server and a client certificate (and an unrelated CA) into `dir`.
+fn write_certificates(dir: &Path) -> TlsFiles {
+    fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot create {dir:?}: {e}"));
+    let write = |name: &str, pem: String| -> PathBuf {
+        let path = dir.join(name);
+        fs::write(&path, pem).unwrap_or_else(|e| panic!("cannot write {path:?}: {e}"));
+        path
+    };
+    let fail = |e: rcgen::Error| -> ! { panic!("certificate generation failed: {e}") };
+    let ca = |cn: &str| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| fail(e));
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().unwrap_or_else(|e| fail(e));
+        let cert = params.self_signed(&key).unwrap_or_else(|e| fail(e));
+        (cert.pem(), Issuer::new(params, key))
+    };
+    let (ca_pem, issuer) = ca("podsweep test CA");
+    let (other_pem, _) = ca("podsweep unrelated CA");
+    let leaf = |cn: &str, usage: ExtendedKeyUsagePurpose| {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+                .unwrap_or_else(|e| fail(e));
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap_or_else(|e| fail(e));
+        let cert = params.signed_by(&key, &issuer).unwrap_or_else(|e| fail(e));
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_pem, server_key) = leaf("podsweep etcd", ExtendedKeyUsagePurpose::ServerAuth);
+    let (client_pem, client_key) = leaf("podsweep client", ExtendedKeyUsagePurpose::ClientAuth);
+    TlsFiles {
+        ca: write("ca.pem", ca_pem),
+        other_ca: write("other-ca.pem", other_pem),
+        server_cert: write("server.pem", server_pem),
+        server_key: write("server-key.pem", server_key),
+        client_cert: write("client.pem", client_pem),
+        client_key: write("client-key.pem", client_key),
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
+}
