@@ -93,12 +93,6 @@ lazy val root = (project in file("."))
     ),
     Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oDS"),
     Test / run / fork := true,
-    Test / run / javaOptions ++= Seq(
-      "-Xmx1g",
-      "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-      s"-Dorg.slf4j.simpleLogger.logFile=${(target.value / "demo-output.log").getAbsolutePath}",
-      "-Dzookeeper.admin.enableServer=false"
-    ),
     Test / run / connectInput := false,
     Test / run / outputStrategy := Some(StdoutOutput)
   )

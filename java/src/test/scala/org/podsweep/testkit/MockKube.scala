@@ -14,7 +14,13 @@ import io.fabric8.mockwebserver.{Context, ServerRequest, ServerResponse}
 import okhttp3.mockwebserver.{Dispatcher, MockResponse, MockWebServer, RecordedRequest}
 
 /** One HTTP request the mock API server received. */
-final case class Recorded(method: String, path: String, bearer: Option[String], body: String, atMillis: Long) {
+final case class Recorded(
+    method: String,
+    path: String,
+    bearer: Option[String],
+    body: String,
+    atMillis: Long,
+    status: Int) {
   /** The path without its query string. */
   def bare: String = path.takeWhile(_ != '?')
 
@@ -51,8 +57,13 @@ final class MockKube extends AutoCloseable {
       val bearer = Option(request.getHeader("Authorization"))
         .filter(_.startsWith("Bearer ")).map(_.stripPrefix("Bearer ").trim)
       val body = Option(request.getBody).map(_.clone().readUtf8()).getOrElse("")
-      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, System.currentTimeMillis()))
-      mixed.dispatch(request)
+      val at = System.currentTimeMillis()
+      val response = mixed.dispatch(request)
+      // "HTTP/1.1 404 Client Error" -> 404
+      val code = Option(response.getStatus).map(_.split(" ")).filter(_.length > 1)
+        .flatMap(p => scala.util.Try(p(1).toInt).toOption).getOrElse(0)
+      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, at, code))
+      response
     }
     override def shutdown(): Unit = mixed.shutdown()
   }
