@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podsweep::clock::Clock;
+use podsweep::config::ETCD_CLIENT_CLASS;
 use podsweep::config::{keys, HaSettings, Settings};
 use podsweep::deleter::{Outcome, OutcomeClass, PodDeleter};
-use podsweep::election::{zookeeper::ZooKeeperBackend, Backend, Leadership};
+use podsweep::election::{etcd::EtcdBackend, zookeeper::ZooKeeperBackend, Backend, Leadership};
 use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
@@ -44,8 +45,20 @@ fn main() {
         .build()
         .expect("runtime");
     rt.block_on(async {
-        for env in [BackendEnv::zookeeper()] {
-            election_bench(&env, runs, quick).await;
+        let which = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+        for name in ["zookeeper", "etcd"] {
+            if which
+                .as_deref()
+                .is_some_and(|w| w != name && w != "election")
+            {
+                continue;
+            }
+            let env = BackendEnv::start(name, false);
+            election_bench(&env, runs).await;
+            drop(env);
+            // Steady-state traffic again at Kyuubi's default timeouts.
+            let env = BackendEnv::start(name, true);
+            steady_state(&env, quick).await;
         }
     });
 }
@@ -62,21 +75,75 @@ struct BackendEnv {
 }
 
 impl BackendEnv {
-    fn zookeeper() -> BackendEnv {
-        let zk = common::zk::ZkServer::start();
-        let addr = zk.addr();
-        let port = zk.port();
-        BackendEnv {
-            name: "zookeeper",
-            conf: vec![
-                (keys::HA_ADDRESSES, addr),
-                (keys::ZK_SESSION_TIMEOUT, "2000".into()),
-            ],
-            timeouts: serde_json::json!({"session_timeout_ms": 2000, "tick_ms": 200}),
-            requests: Box::new(move || zk_packets_received(port)),
-            _server: Box::new(zk),
+    /// `kyuubi_defaults`: Kyuubi's timeouts (ZooKeeper session 60 s requested, which a server
+    /// with the default tickTime 2 s cuts to 40 s; etcd lease 10 s). Otherwise short test timeouts.
+    fn start(name: &str, kyuubi_defaults: bool) -> BackendEnv {
+        match name {
+            "zookeeper" => {
+                let options = if kyuubi_defaults {
+                    let tick = Duration::from_millis(2000);
+                    common::zk::ZkOptions {
+                        tick,
+                        min_session: tick * 2,
+                        max_session: tick * 20,
+                    }
+                } else {
+                    common::zk::ZkOptions::default()
+                };
+                let session_ms = if kyuubi_defaults { 60_000 } else { 2000 };
+                let zk = common::zk::ZkServer::start_with(options.clone());
+                let port = zk.port();
+                BackendEnv {
+                    name: "zookeeper",
+                    conf: vec![
+                        (keys::HA_ADDRESSES, zk.addr()),
+                        (keys::ZK_SESSION_TIMEOUT, session_ms.to_string()),
+                    ],
+                    timeouts: serde_json::json!({
+                        "session_timeout_requested_ms": session_ms,
+                        "server_tick_ms": options.tick.as_millis() as u64,
+                        "server_max_session_ms": options.max_session.as_millis() as u64,
+                    }),
+                    requests: Box::new(move || zk_packets_received(port)),
+                    _server: Box::new(zk),
+                }
+            }
+            _ => {
+                let etcd = common::etcd::EtcdServer::start();
+                let endpoint = etcd.endpoint();
+                let ttl = if kyuubi_defaults { "PT10S" } else { "PT2S" };
+                let metrics_at = endpoint.clone();
+                BackendEnv {
+                    name: "etcd",
+                    conf: vec![
+                        (keys::HA_ADDRESSES, endpoint),
+                        (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS.into()),
+                        (keys::ETCD_LEASE_TIMEOUT, ttl.into()),
+                    ],
+                    timeouts: serde_json::json!({"lease_ttl": ttl}),
+                    requests: Box::new(move || etcd_grpc_messages(&metrics_at)),
+                    _server: Box::new(etcd),
+                }
+            }
         }
     }
+}
+
+/// Sum of `grpc_server_msg_received_total` from etcd's `/metrics`: every unary request and every
+/// stream message (keep-alives) the server received.
+fn etcd_grpc_messages(endpoint: &str) -> Option<u64> {
+    let hostport = endpoint.strip_prefix("http://")?;
+    let mut s = TcpStream::connect(hostport).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {hostport}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    let total: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    Some(total as u64)
 }
 
 /// `Received:` from the `srvr` four-letter command: packets the server has received.
@@ -94,7 +161,8 @@ fn zk_packets_received(port: u16) -> Option<u64> {
 fn backend_of(settings: &Settings) -> Arc<dyn Backend> {
     match &settings.ha {
         HaSettings::ZooKeeper(z) => Arc::new(ZooKeeperBackend::new(z.clone())),
-        other => panic!("no bench backend for {other:?}"),
+        HaSettings::Etcd(e) => Arc::new(EtcdBackend::new(e.clone())),
+        HaSettings::Local => panic!("the bench needs an HA backend"),
     }
 }
 
@@ -194,7 +262,7 @@ fn round(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-async fn election_bench(env: &BackendEnv, runs: usize, quick: bool) {
+async fn election_bench(env: &BackendEnv, runs: usize) {
     // 1. Graceful handoff: the leader closes; time until the other candidate leads.
     let mut handoff = Vec::new();
     for i in 0..runs {
@@ -289,29 +357,6 @@ async fn election_bench(env: &BackendEnv, runs: usize, quick: bool) {
         frozen_deletes += child.deletes();
         b.close_async(Duration::from_secs(5)).await;
     }
-    // 4. Steady state: one leader and one follower on a scope; backend requests per minute.
-    let window = if quick {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(30)
-    };
-    let scope = Scope::new(Some("bench"), Some("steady"));
-    let a = engine(&env.conf, "a", 60_000, Arc::default());
-    let b = engine(&env.conf, "b", 60_000, Arc::default());
-    for e in [&a, &b] {
-        e.observe(scope.clone(), pod("warm", AppState::Running, None))
-            .unwrap();
-    }
-    sleep(Duration::from_secs(2)).await;
-    let before = (env.requests)();
-    sleep(window).await;
-    let after = (env.requests)();
-    let per_minute = match (before, after) {
-        (Some(b0), Some(b1)) => Some(round((b1 - b0) as f64 * 60.0 / window.as_secs_f64())),
-        _ => None,
-    };
-    a.close_async(Duration::from_secs(5)).await;
-    b.close_async(Duration::from_secs(5)).await;
     let line = serde_json::json!({
         "bench": "election",
         "backend": env.name,
@@ -320,14 +365,49 @@ async fn election_bench(env: &BackendEnv, runs: usize, quick: bool) {
         "crash_failover_to_first_delete": stats(&failover),
         "frozen_leader_takeover_to_first_delete": stats(&frozen_takeover),
         "frozen_ex_leader_deletes_after_wake": frozen_deletes,
-        "steady_state": {
+    });
+    println!("{line}");
+}
+
+/// Steady state: one leader and one follower on a scope; backend requests per scope per minute
+/// (the Kubernetes API gets none: the recording deleter is the only way out, and it is idle).
+async fn steady_state(env: &BackendEnv, quick: bool) {
+    let window = if quick {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(60)
+    };
+    let scope = Scope::new(Some("bench"), Some("steady"));
+    let (ra, rb) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    let a = engine(&env.conf, "a", 60_000, ra.clone());
+    let b = engine(&env.conf, "b", 60_000, rb.clone());
+    for e in [&a, &b] {
+        e.observe(scope.clone(), pod("warm", AppState::Running, None))
+            .unwrap();
+    }
+    sleep(Duration::from_secs(3)).await;
+    let before = (env.requests)();
+    sleep(window).await;
+    let after = (env.requests)();
+    let per_minute = match (before, after) {
+        (Some(b0), Some(b1)) => Some(round((b1 - b0) as f64 * 60.0 / window.as_secs_f64())),
+        _ => None,
+    };
+    let kube = ra.uids.lock().unwrap().len() + rb.uids.lock().unwrap().len();
+    a.close_async(Duration::from_secs(5)).await;
+    b.close_async(Duration::from_secs(5)).await;
+    println!(
+        "{}",
+        serde_json::json!({
+            "bench": "election_steady_state",
+            "backend": env.name,
+            "timeouts": env.timeouts,
             "candidates_per_scope": 2,
             "window_s": window.as_secs(),
             "backend_requests_per_scope_per_minute": per_minute,
-            "kubernetes_requests": 0,
-        },
-    });
-    println!("{line}");
+            "kubernetes_requests": kube,
+        })
+    );
 }
 
 /// An engine in a child process (this binary with `PODSWEEP_BENCH_CHILD`); killed on drop.
