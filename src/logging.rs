@@ -4,12 +4,16 @@
 //! * A slow sink never blocks cleanup: records go through a bounded buffer; when it is full the
 //!   record is dropped and counted ([`dropped`]).
 //! * `log` records from dependencies come through `tracing-log`.
-//! * podsweep's own targets are passed at the configured level; dependencies only at WARN and up.
+//! * Levels are per target and checked before a record is formatted: podsweep's modules start at
+//!   the level given to [`install`], dependencies at WARN. A sink that knows better (the JVM's
+//!   SLF4J configuration) is asked again every [`LEVEL_REFRESH`], so a level that is off in the
+//!   JVM costs neither formatting nor a JNI call.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use once_cell::sync::OnceCell;
 use tracing::field::{Field, Visit};
@@ -21,6 +25,65 @@ use tracing_subscriber::Layer;
 pub trait LogSink: Send + Sync + 'static {
     /// `level`: 1 ERROR, 2 WARN, 3 INFO, 4 DEBUG, 5 TRACE.
     fn emit(&self, level: i32, target: &str, message: &str);
+
+    /// The most verbose level the sink wants for `target` (0 = off), if it knows.
+    fn level_of(&self, _target: &str) -> Option<i32> {
+        None
+    }
+}
+
+/// How often the sink is asked for its levels again.
+pub const LEVEL_REFRESH: Duration = Duration::from_secs(10);
+
+/// Targets with a level of their own; anything else is a dependency ([`DEPS`]).
+pub const TARGETS: &[&str] = &[
+    "podsweep",
+    "podsweep::engine",
+    "podsweep::sweeper",
+    "podsweep::deleter",
+    "podsweep::config",
+    "podsweep::kube_client",
+    "podsweep::election",
+    "podsweep::election::local",
+    "podsweep::election::zookeeper",
+    "podsweep::election::etcd",
+];
+
+/// The pseudo-target whose level applies to records of other crates.
+pub const DEPS: &str = "deps";
+
+static LEVELS: [AtomicI32; 11] = [const { AtomicI32::new(3) }; 11];
+
+fn slot(target: &str) -> usize {
+    if !target.starts_with("podsweep") {
+        return TARGETS.len();
+    }
+    // The longest known prefix that ends at a module boundary.
+    let mut best = 0;
+    for (i, t) in TARGETS.iter().enumerate() {
+        let at_boundary = target
+            .strip_prefix(t)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"));
+        if at_boundary && t.len() >= TARGETS[best].len() {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Sets the most verbose level passed for a target of [`TARGETS`] or [`DEPS`] (0 = off).
+pub fn set_level(target: &str, level: i32) {
+    let i = if target == DEPS {
+        TARGETS.len()
+    } else {
+        slot(target)
+    };
+    LEVELS[i].store(level.clamp(0, 5), Ordering::Relaxed);
+}
+
+/// The most verbose level passed for `target`.
+pub fn level(target: &str) -> i32 {
+    LEVELS[slot(target)].load(Ordering::Relaxed)
 }
 
 const BUFFER: usize = 8192;
@@ -51,17 +114,19 @@ struct Record {
 
 struct ChannelLayer {
     tx: SyncSender<Record>,
-    own_max: Level,
 }
 
 impl<S: Subscriber> Layer<S> for ChannelLayer {
+    fn register_callsite(
+        &self,
+        _meta: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        // Levels change at run time: ask `enabled` every time.
+        tracing::subscriber::Interest::sometimes()
+    }
+
     fn enabled(&self, meta: &tracing::Metadata<'_>, _ctx: Context<'_, S>) -> bool {
-        let max = if meta.target().starts_with("podsweep") {
-            self.own_max
-        } else {
-            Level::WARN
-        };
-        *meta.level() <= max
+        level_number(meta.level()) <= level(meta.target())
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
@@ -116,22 +181,68 @@ impl Visit for MessageVisitor {
 pub fn install(sink: Arc<dyn LogSink>, own_max: Level) -> bool {
     let mut installed = false;
     INSTALLED.get_or_init(|| {
+        for t in TARGETS {
+            set_level(t, level_number(&own_max));
+        }
+        set_level(DEPS, level_number(&Level::WARN));
         let (tx, rx) = sync_channel::<Record>(BUFFER);
         let spawned = std::thread::Builder::new()
             .name("podsweep-log".into())
             .spawn(move || {
-                while let Ok(rec) = rx.recv() {
-                    sink.emit(rec.level, &rec.target, &rec.message);
+                refresh_levels(sink.as_ref());
+                let mut refreshed = Instant::now();
+                loop {
+                    match rx.recv_timeout(LEVEL_REFRESH) {
+                        Ok(rec) => sink.emit(rec.level, &rec.target, &rec.message),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                    if refreshed.elapsed() >= LEVEL_REFRESH {
+                        refresh_levels(sink.as_ref());
+                        refreshed = Instant::now();
+                    }
                 }
             });
         if spawned.is_err() {
             return;
         }
-        let subscriber = tracing_subscriber::registry().with(ChannelLayer { tx, own_max });
+        let subscriber = tracing_subscriber::registry().with(ChannelLayer { tx });
         if tracing::subscriber::set_global_default(subscriber).is_ok() {
             let _ = tracing_log::LogTracer::init();
             installed = true;
         }
     });
     installed
+}
+
+fn refresh_levels(sink: &dyn LogSink) {
+    for t in TARGETS.iter().copied().chain([DEPS]) {
+        if let Some(l) = sink.level_of(t) {
+            set_level(t, l);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_map_to_the_longest_module_prefix() {
+        assert_eq!(TARGETS[slot("podsweep::sweeper")], "podsweep::sweeper");
+        assert_eq!(
+            TARGETS[slot("podsweep::election::etcd::lease")],
+            "podsweep::election::etcd"
+        );
+        assert_eq!(
+            TARGETS[slot("podsweep::election::zookeeper")],
+            "podsweep::election::zookeeper"
+        );
+        assert_eq!(TARGETS[slot("podsweep::electionx")], "podsweep");
+        assert_eq!(TARGETS[slot("podsweep::tracker")], "podsweep");
+        assert_eq!(slot("kube_client::client"), TARGETS.len());
+        set_level("podsweep::deleter", 4);
+        assert_eq!(level("podsweep::deleter"), 4);
+        set_level("podsweep::deleter", 3);
+    }
 }

@@ -19,6 +19,8 @@ struct Bridge {
     vm: JavaVM,
     class: GlobalRef,
     method: JStaticMethodID,
+    /// `NativeLog.levelOf(String)`, if the class has it.
+    level_of: Option<JStaticMethodID>,
 }
 
 static BRIDGE: OnceCell<Bridge> = OnceCell::new();
@@ -29,16 +31,29 @@ pub extern "system" fn JNI_OnLoad(vm: *mut jni::sys::JavaVM, _reserved: *mut c_v
     let Ok(vm) = (unsafe { JavaVM::from_raw(vm) }) else {
         return JNI_VERSION_1_8;
     };
-    let found = (|| -> jni::errors::Result<(GlobalRef, JStaticMethodID)> {
+    type Found = (GlobalRef, JStaticMethodID, Option<JStaticMethodID>);
+    let found = (|| -> jni::errors::Result<Found> {
         let mut env = vm.get_env()?;
         let class = env.find_class("org/podsweep/NativeLog")?;
         let method =
             env.get_static_method_id(&class, "log", "(ILjava/lang/String;Ljava/lang/String;)V")?;
-        Ok((env.new_global_ref(class)?, method))
+        let level_of = match env.get_static_method_id(&class, "levelOf", "(Ljava/lang/String;)I") {
+            Ok(m) => Some(m),
+            Err(_) => {
+                env.exception_clear()?;
+                None
+            }
+        };
+        Ok((env.new_global_ref(class)?, method, level_of))
     })();
     match found {
-        Ok((class, method)) => {
-            let _ = BRIDGE.set(Bridge { vm, class, method });
+        Ok((class, method, level_of)) => {
+            let _ = BRIDGE.set(Bridge {
+                vm,
+                class,
+                method,
+                level_of,
+            });
         }
         Err(_) => {
             // No NativeLog class: run without forwarding logs; clear the pending exception.
@@ -53,6 +68,33 @@ pub extern "system" fn JNI_OnLoad(vm: *mut jni::sys::JavaVM, _reserved: *mut c_v
 struct JvmSink;
 
 impl LogSink for JvmSink {
+    fn level_of(&self, target: &str) -> Option<i32> {
+        let b = BRIDGE.get()?;
+        let method = b.level_of?;
+        let mut env = b.vm.attach_current_thread_as_daemon().ok()?;
+        env.with_local_frame(2, |env| -> jni::errors::Result<Option<i32>> {
+            let t = env.new_string(target)?;
+            let class: &JClass = b.class.as_obj().into();
+            // SAFETY: `method` was resolved on this class with signature (Ljava/lang/String;)I and
+            // the one argument below is a String.
+            let r = unsafe {
+                env.call_static_method_unchecked(
+                    class,
+                    method,
+                    ReturnType::Primitive(Primitive::Int),
+                    &[JValue::Object(&t).as_jni()],
+                )
+            };
+            if env.exception_check()? {
+                env.exception_clear()?;
+                return Ok(None);
+            }
+            Ok(r.ok().and_then(|v| v.i().ok()))
+        })
+        .ok()
+        .flatten()
+    }
+
     fn emit(&self, level: i32, target: &str, message: &str) {
         let Some(b) = BRIDGE.get() else {
             return;

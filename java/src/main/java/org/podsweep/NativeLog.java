@@ -62,19 +62,35 @@ public final class NativeLog {
           // A listener must not break logging or native code.
         }
       }
-      String name = loggerName(target);
-      Sink sink = SINKS.get(name);
-      if (sink == null) {
-        sink = SLF4J ? new Slf4jSink(name) : new JulSink(name);
-        Sink previous = SINKS.putIfAbsent(name, sink);
-        if (previous != null) {
-          sink = previous;
-        }
-      }
-      sink.log(lvl, text);
+      sink(loggerName(target)).log(lvl, text);
     } catch (Throwable ignored) {
       // Never propagate into native code (not even an Error from a broken logging backend).
     }
+  }
+
+  /**
+   * Called by the native library (on its log thread, at start and every few seconds): the most
+   * verbose level the logger of {@code target} has enabled, 0 when it is off. The native side
+   * drops records above it before formatting them, so a level that is off costs no JNI call.
+   */
+  static int levelOf(String target) {
+    try {
+      return sink(loggerName(target)).enabledLevel();
+    } catch (Throwable t) {
+      return INFO;
+    }
+  }
+
+  private static Sink sink(String name) {
+    Sink sink = SINKS.get(name);
+    if (sink == null) {
+      sink = SLF4J ? new Slf4jSink(name) : new JulSink(name);
+      Sink previous = SINKS.putIfAbsent(name, sink);
+      if (previous != null) {
+        sink = previous;
+      }
+    }
+    return sink;
   }
 
   /**
@@ -113,6 +129,9 @@ public final class NativeLog {
 
   private interface Sink {
     void log(int level, String message);
+
+    /** The most verbose enabled level, 0 when off. */
+    int enabledLevel();
   }
 
   /** Loaded only when SLF4J is present, so its absence never breaks class loading. */
@@ -121,6 +140,23 @@ public final class NativeLog {
 
     Slf4jSink(String name) {
       logger = org.slf4j.LoggerFactory.getLogger(name);
+    }
+
+    @Override
+    public int enabledLevel() {
+      if (logger.isTraceEnabled()) {
+        return TRACE;
+      }
+      if (logger.isDebugEnabled()) {
+        return DEBUG;
+      }
+      if (logger.isInfoEnabled()) {
+        return INFO;
+      }
+      if (logger.isWarnEnabled()) {
+        return WARN;
+      }
+      return logger.isErrorEnabled() ? ERROR : 0;
     }
 
     @Override
@@ -150,6 +186,23 @@ public final class NativeLog {
 
     JulSink(String name) {
       logger = java.util.logging.Logger.getLogger(name);
+    }
+
+    @Override
+    public int enabledLevel() {
+      if (logger.isLoggable(Level.FINEST)) {
+        return TRACE;
+      }
+      if (logger.isLoggable(Level.FINE)) {
+        return DEBUG;
+      }
+      if (logger.isLoggable(Level.INFO)) {
+        return INFO;
+      }
+      if (logger.isLoggable(Level.WARNING)) {
+        return WARN;
+      }
+      return logger.isLoggable(Level.SEVERE) ? ERROR : 0;
     }
 
     @Override
