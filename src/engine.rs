@@ -240,6 +240,27 @@ impl Engine {
     /// A JSON snapshot of a scope's state and counters.
     pub fn status_json(&self, scope: &Scope) -> String {
         let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
+        self.status_value(&scopes, scope).to_string()
+    }
+
+    /// A JSON array with the snapshot of every scope this server knows, sorted by scope.
+    pub fn status_all_json(&self) -> String {
+        let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
+        let mut keys: Vec<&Scope> = scopes.keys().collect();
+        keys.sort();
+        serde_json::Value::Array(
+            keys.into_iter()
+                .map(|s| self.status_value(&scopes, s))
+                .collect(),
+        )
+        .to_string()
+    }
+
+    fn status_value(
+        &self,
+        scopes: &HashMap<Scope, ScopeHandle>,
+        scope: &Scope,
+    ) -> serde_json::Value {
         let mut v = match scopes.get(scope) {
             None => serde_json::json!({ "known": false, "leadership": "UNKNOWN" }),
             Some(h) => {
@@ -260,7 +281,8 @@ impl Engine {
         v["namespace"] = scope.namespace.clone().into();
         v["backend"] = self.backend.name().into();
         v["server_id"] = self.server_id.clone().into();
-        v.to_string()
+        v["log_records_dropped"] = crate::logging::dropped().into();
+        v
     }
 
     /// Stops every scope task and releases leadership; waits at most `timeout`.

@@ -167,6 +167,18 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_scopeStatus<'l>(
 }
 
 #[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_statusAll<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> jstring {
+    run(&mut env, std::ptr::null_mut(), |env| {
+        let engine = engine(handle)?;
+        Ok(env.new_string(engine.status_all_json())?.into_raw())
+    })
+}
+
+#[no_mangle]
 pub extern "system" fn Java_org_podsweep_NativeBridge_close<'l>(
     mut env: JNIEnv<'l>,
     _class: JClass<'l>,
