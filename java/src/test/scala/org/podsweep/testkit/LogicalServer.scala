@@ -47,12 +47,21 @@ final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, St
     informers.put(namespace, informer)
   }
 
+  @volatile private var muted = false
+
+  /**
+   * From now on the informers' events are dropped, as if this server missed them. (Stopping an
+   * informer instead can stall the fabric8 mock: a watch closing while the CRUD dispatcher sends
+   * events made the next POST time out.)
+   */
+  def mute(): Unit = muted = true
+
   def stopInformers(): Unit = {
     informers.values().asScala.foreach(i => scala.util.Try(i.stop()))
     informers.clear()
   }
 
-  def feed(namespace: String, event: PodEvent, pod: Pod): Unit = {
+  def feed(namespace: String, event: PodEvent, pod: Pod): Unit = if (!muted) {
     val state = KyuubiPods.appState(pod, event)
     val at = KyuubiPods.terminatedAtMillis(pod)
     val meta = pod.getMetadata
