@@ -21,7 +21,7 @@ use podsweep::election::{Backend, ElectionHandle, Leadership};
 use podsweep::scope::Scope;
 use tokio::time::{sleep, timeout, Instant};
 
-use common::zk::{free_port, ZkOptions, ZkServer};
+use common::zk::{free_port, latch_nodes, wait_contenders, ZkOptions, ZkServer};
 
 /// Only one scenario at a time: they measure timings against session timeouts.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -76,58 +76,6 @@ async fn wait_state(h: &ElectionHandle, want: Leadership, within: Duration) -> D
         );
     }
     start.elapsed()
-}
-
-/// One latch node: name, data (the candidate's identity), owning session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Node {
-    name: String,
-    identity: String,
-    owner: i64,
-}
-
-/// The latch nodes of `dir`, in sequence order, read with a separate client.
-async fn latch_nodes(addr: &str, dir: &str) -> Vec<Node> {
-    let client = zookeeper_client::Client::connector()
-        .with_session_timeout(Duration::from_secs(4))
-        .connect(addr)
-        .await
-        .expect("inspection client connects");
-    let names = match client.list_children(dir).await {
-        Ok(names) => names,
-        Err(zookeeper_client::Error::NoNode) => Vec::new(),
-        Err(e) => panic!("list {dir}: {e}"),
-    };
-    let mut nodes = Vec::new();
-    for name in names {
-        match client.get_data(&format!("{dir}/{name}")).await {
-            Ok((data, stat)) => nodes.push(Node {
-                identity: String::from_utf8_lossy(&data).into_owned(),
-                owner: stat.ephemeral_owner,
-                name,
-            }),
-            Err(zookeeper_client::Error::NoNode) => {}
-            Err(e) => panic!("get {dir}/{name}: {e}"),
-        }
-    }
-    nodes.sort_by_key(|n| n.name.rsplit('-').next().unwrap_or("").to_owned());
-    nodes
-}
-
-/// Waits until `dir` holds exactly `n` latch nodes.
-async fn wait_contenders(addr: &str, dir: &str, n: usize) -> Vec<Node> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let nodes = latch_nodes(addr, dir).await;
-        if nodes.len() == n {
-            return nodes;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "expected {n} latch nodes in {dir}, got {nodes:?}"
-        );
-        sleep(Duration::from_millis(50)).await;
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -564,4 +512,77 @@ async fn unreachable_zookeeper_means_no_quorum() {
         t0.elapsed() < Duration::from_secs(1),
         "close waits for no backoff"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn digest_auth_is_sent_on_every_new_session() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let session_ms = 1000;
+    let mut server = ZkServer::start();
+    let zk: Arc<dyn Backend> = Arc::new(ZooKeeperBackend::new(ZkSettings {
+        auth: podsweep::config::ZkAuth::Digest,
+        digest: Some("podsweep:secret".into()),
+        retry: podsweep::config::ZkRetry {
+            base_wait: Duration::from_millis(100),
+            max_wait: Duration::from_millis(500),
+            ..Default::default()
+        },
+        ..settings(&server.addr(), session_ms)
+    }));
+    let scope = Scope::new(Some("kind-dev"), Some("digest"));
+    let dir = latch_dir(&scope);
+    let a = ElectionHandle::start(&zk, scope, "server-a".into());
+    wait_state(&a, Leadership::Leading, Duration::from_secs(15)).await;
+    let first = latch_nodes(&server.addr(), &dir).await;
+    assert_eq!(first.len(), 1);
+
+    // Longer than the client waits for its session (7/5 of the timeout): a brand-new session.
+    server.stop();
+    wait_state(&a, Leadership::Paused, Duration::from_secs(5)).await;
+    sleep(Duration::from_millis(session_ms * 2)).await;
+    server.restart();
+    let back = wait_state(&a, Leadership::Leading, Duration::from_secs(15)).await;
+    let second = latch_nodes(&server.addr(), &dir).await;
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second[0].owner, first[0].owner, "a new session");
+    eprintln!("figure: leading again {back:?} after the restart, in a new session");
+    // Creator-all needs an authenticated identity: the new session still carries the digest.
+    let inspect = common::zk::inspector(&server.addr()).await;
+    let (acls, _) = inspect
+        .get_acl(&format!("{dir}/{}", second[0].name))
+        .await
+        .expect("world-readable ACL");
+    let ids: Vec<String> = acls
+        .iter()
+        .map(|a| format!("{}:{}", a.scheme(), a.id()))
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(ids[0], "world:anyone");
+    assert!(ids[1].starts_with("digest:podsweep:"), "{ids:?}");
+    a.close().await;
+}
+
+/// Only in `--features kerberos` builds: with no Kerberos ticket the SASL handshake fails, the
+/// campaign reports `NoQuorum` with the reason and keeps retrying; nothing panics.
+#[cfg(feature = "kerberos")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kerberos_without_a_ticket_never_leads() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let server = ZkServer::start();
+    let zk: Arc<dyn Backend> = Arc::new(ZooKeeperBackend::new(ZkSettings {
+        auth: podsweep::config::ZkAuth::Kerberos {
+            principal: Some("kyuubi/host@EXAMPLE.COM".into()),
+            keytab: Some("/nonexistent.keytab".into()),
+            server_principal: Some("zookeeper/localhost@EXAMPLE.COM".into()),
+        },
+        ..settings(&server.addr(), 1000)
+    }));
+    let h = ElectionHandle::start(&zk, Scope::new(None, Some("krb")), "server-k".into());
+    wait_state(&h, Leadership::NoQuorum, Duration::from_secs(10)).await;
+    sleep(Duration::from_secs(2)).await;
+    assert!(!h.may_act());
+    eprintln!("figure: kerberos without a ticket: {:?}", h.status().reason);
+    h.close().await;
 }

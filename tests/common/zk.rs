@@ -5,8 +5,13 @@
 //! directory in a temporary directory, a small tick time (so short session timeouts are
 //! allowed), no admin server and no logging. The process is killed when the value is dropped.
 //!
+//! [`ZkEnsemble::start`] runs three such servers as one quorum on loopback (client, quorum and
+//! election ports, a `myid` per data directory), so single servers can be killed and started
+//! again while the others go on. Every server answers all four-letter words.
+//!
 //! Environment overrides: `PODSWEEP_ZK_CLASSPATH` replaces the class path, `JAVA` the java
-//! binary. `PODSWEEP_ZK_LOG=1` keeps ZooKeeper's console log in `<data dir>/zk.log`.
+//! binary. `PODSWEEP_ZK_LOG=1` keeps ZooKeeper's console log in `<data dir>/zk.log` (one per
+//! ensemble member).
 #![allow(dead_code)]
 
 use std::fs;
@@ -18,6 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+use zookeeper_client::{Client, Error as ZkError};
 
 /// How long `start` and `restart` wait for the server to serve requests.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -125,7 +131,7 @@ impl ZkServer {
         let cfg = format!(
             "tickTime={}\nminSessionTimeout={}\nmaxSessionTimeout={}\ndataDir={}\n\
              clientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=srvr\npreAllocSize=1024\nsnapCount=100000\n\
+             4lw.commands.whitelist=*\npreAllocSize=1024\nsnapCount=100000\n\
              autopurge.purgeInterval=0\n",
             o.tick.as_millis(),
             o.min_session.as_millis(),
@@ -138,67 +144,20 @@ impl ZkServer {
     }
 
     fn launch(&mut self) {
-        let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
-        let log = std::env::var("PODSWEEP_ZK_LOG").is_ok_and(|v| v == "1");
-        let output = |name: &str| -> Stdio {
-            if !log {
-                return Stdio::null();
-            }
-            let path = self.dir.path().join(name);
-            match fs::OpenOptions::new().create(true).append(true).open(&path) {
-                Ok(f) => Stdio::from(f),
-                Err(_) => Stdio::null(),
-            }
-        };
-        let child = Command::new(&java)
-            .args([
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-XX:-UsePerfData",
-                "-Xms32m",
-                "-Xmx128m",
-                "-Dzookeeper.admin.enableServer=false",
-                "-Dzookeeper.jmx.log4j.disable=true",
-                "-Djava.net.preferIPv4Stack=true",
-                "-cp",
-                &classpath(),
-                "org.apache.zookeeper.server.ZooKeeperServerMain",
-            ])
-            .arg(self.config_path())
-            .stdin(Stdio::null())
-            .stdout(output("zk.log"))
-            .stderr(output("zk.log"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {java}: {e}"));
+        let child = spawn_java(
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            &self.config_path(),
+            self.dir.path(),
+        );
         self.child = Some(child);
         self.wait_serving();
     }
 
-    /// Polls with the `srvr` four-letter word, which answers "not currently serving" until the
-    /// database is loaded, then reports `Mode: standalone`.
+    /// Polls with the `srvr` four-letter word until the server reports its mode.
     fn wait_serving(&mut self) {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    panic!(
-                        "ZooKeeper exited with {status} during startup (set PODSWEEP_ZK_LOG=1 and see {:?})",
-                        self.dir.path().join("zk.log")
-                    );
-                }
-            }
-            if srvr(self.port).is_some_and(|reply| reply.contains("Mode:")) {
-                return;
-            }
-            if Instant::now() > deadline {
-                self.stop();
-                panic!(
-                    "ZooKeeper did not serve on port {} within {STARTUP_TIMEOUT:?}",
-                    self.port
-                );
-            }
-            thread::sleep(Duration::from_millis(50));
+        if let Err(e) = wait_serving(self.port, &mut self.child, self.dir.path()) {
+            self.stop();
+            panic!("{e}");
         }
     }
 }
@@ -209,15 +168,332 @@ impl Drop for ZkServer {
     }
 }
 
-/// Sends `srvr` and returns the reply, if the server answered.
-fn srvr(port: u16) -> Option<String> {
+/// Sends a four-letter word (`srvr`, `cons`, `stat`, ...) and returns the reply, if the server
+/// answered.
+pub fn four_letter(port: u16, word: &str) -> Option<String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
-    stream.write_all(b"srvr").ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
     let mut reply = String::new();
     stream.read_to_string(&mut reply).ok()?;
     Some(reply)
+}
+
+/// `leader`, `follower` or `standalone` once the server serves requests.
+pub fn mode(port: u16) -> Option<String> {
+    let reply = four_letter(port, "srvr")?;
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("Mode: "))
+        .map(|m| m.trim().to_owned())
+}
+
+/// Whether the `cons` reply of the server on `port` lists session `session`.
+pub fn serves_session(port: u16, session: i64) -> bool {
+    let wanted = format!("sid=0x{:x}", session as u64);
+    four_letter(port, "cons").is_some_and(|reply| {
+        reply
+            .split([',', '(', ')', '\n'])
+            .any(|field| field.trim() == wanted)
+    })
+}
+
+/// Starts a ZooKeeper main class with `config`; console output goes to `<log_dir>/zk.log` when
+/// `PODSWEEP_ZK_LOG=1`, else nowhere.
+fn spawn_java(main_class: &str, config: &Path, log_dir: &Path) -> Child {
+    let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
+    let log = std::env::var("PODSWEEP_ZK_LOG").is_ok_and(|v| v == "1");
+    let output = || -> Stdio {
+        if !log {
+            return Stdio::null();
+        }
+        let path = log_dir.join("zk.log");
+        match fs::OpenOptions::new().create(true).append(true).open(&path) {
+            Ok(f) => Stdio::from(f),
+            Err(_) => Stdio::null(),
+        }
+    };
+    Command::new(&java)
+        .args([
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:-UsePerfData",
+            "-Xms32m",
+            "-Xmx128m",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-Djava.net.preferIPv4Stack=true",
+            // Quick quorum elections: notifications are re-sent every 0.2 s to 1 s.
+            "-Dzookeeper.fastleader.minNotificationInterval=200",
+            "-Dzookeeper.fastleader.maxNotificationInterval=1000",
+            "-Dzookeeper.cnxTimeout=1000",
+            "-cp",
+            &classpath(),
+            main_class,
+        ])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(output())
+        .stderr(output())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {java}: {e}"))
+}
+
+/// Polls with `srvr`, which answers "not currently serving" until the server has loaded its
+/// database (and, in a quorum, joined a leader), then reports its mode.
+fn wait_serving(port: u16, child: &mut Option<Child>, dir: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        if let Some(c) = child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                *child = None;
+                return Err(format!(
+                    "ZooKeeper on port {port} exited with {status} during startup (set PODSWEEP_ZK_LOG=1 and see {:?})",
+                    dir.join("zk.log")
+                ));
+            }
+        }
+        if mode(port).is_some() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "ZooKeeper did not serve on port {port} within {STARTUP_TIMEOUT:?}"
+            ));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ensemble
+// ---------------------------------------------------------------------------------------------
+
+/// One member of a [`ZkEnsemble`].
+struct Member {
+    client_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// A quorum of three (or more) ZooKeeper servers on loopback; every process is killed on drop.
+///
+/// Members are numbered from 0; member `i` has `myid` `i + 1`.
+pub struct ZkEnsemble {
+    dir: TempDir,
+    members: Vec<Member>,
+}
+
+impl ZkEnsemble {
+    /// Three servers with [`ZkOptions::default`], started together; returns when all serve.
+    ///
+    /// # Panics
+    /// If java or the ZooKeeper jars are missing, or the quorum does not form in time.
+    pub fn start() -> ZkEnsemble {
+        Self::start_with(3, ZkOptions::default())
+    }
+
+    pub fn start_with(size: usize, options: ZkOptions) -> ZkEnsemble {
+        let dir = tempfile::Builder::new()
+            .prefix("podsweep-zk-ensemble-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < size * 3 {
+            let p = free_port();
+            if !ports.contains(&p) {
+                ports.push(p);
+            }
+        }
+        let servers: String = (0..size)
+            .map(|i| {
+                format!(
+                    "server.{}=127.0.0.1:{}:{}\n",
+                    i + 1,
+                    ports[size + 2 * i],
+                    ports[size + 2 * i + 1]
+                )
+            })
+            .collect();
+        let mut members = Vec::new();
+        for (i, &client_port) in ports.iter().enumerate().take(size) {
+            let member_dir = dir.path().join(format!("zk{}", i + 1));
+            let data = member_dir.join("data");
+            fs::create_dir_all(&data).unwrap_or_else(|e| panic!("cannot create {data:?}: {e}"));
+            fs::write(data.join("myid"), format!("{}\n", i + 1))
+                .unwrap_or_else(|e| panic!("cannot write myid: {e}"));
+            let o = &options;
+            let cfg = format!(
+                "tickTime={}\ninitLimit=50\nsyncLimit=5\nminSessionTimeout={}\n\
+                 maxSessionTimeout={}\ndataDir={}\nclientPort={client_port}\n\
+                 clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=*\npreAllocSize=1024\nsnapCount=100000\n\
+                 autopurge.purgeInterval=0\nreconfigEnabled=false\n{servers}",
+                o.tick.as_millis(),
+                o.min_session.as_millis(),
+                o.max_session.as_millis(),
+                data.display(),
+            );
+            let path = member_dir.join("zoo.cfg");
+            fs::write(&path, cfg).unwrap_or_else(|e| panic!("cannot write {path:?}: {e}"));
+            members.push(Member {
+                client_port,
+                dir: member_dir,
+                child: None,
+            });
+        }
+        let mut ensemble = ZkEnsemble { dir, members };
+        for i in 0..size {
+            ensemble.launch_node(i);
+        }
+        for i in 0..size {
+            ensemble.wait_node(i);
+        }
+        ensemble
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// `127.0.0.1:<p1>,127.0.0.1:<p2>,...`: every member.
+    pub fn connect_string(&self) -> String {
+        (0..self.len())
+            .map(|i| self.addr(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The client address of member `i` alone.
+    pub fn addr(&self, i: usize) -> String {
+        format!("127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    pub fn client_port(&self, i: usize) -> u16 {
+        self.members[i].client_port
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    /// `leader` or `follower` while member `i` serves; `None` while it is down or looking.
+    pub fn mode(&self, i: usize) -> Option<String> {
+        mode(self.members[i].client_port)
+    }
+
+    /// The member whose connections include `session`, asked with `cons`.
+    pub fn member_serving(&self, session: i64) -> Option<usize> {
+        (0..self.len())
+            .find(|&i| self.is_running(i) && serves_session(self.client_port(i), session))
+    }
+
+    /// Kills member `i` (SIGKILL) and waits for the process; its data directory stays.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again (it must be stopped) and waits until it serves, which needs a
+    /// quorum of running members.
+    pub fn start_node(&mut self, i: usize) {
+        self.launch_node(i);
+        self.wait_node(i);
+    }
+
+    /// Starts member `i` without waiting; see [`ZkEnsemble::wait_node`].
+    pub fn launch_node(&mut self, i: usize) {
+        assert!(!self.is_running(i), "member {i} is running");
+        let m = &mut self.members[i];
+        m.child = Some(spawn_java(
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            &m.dir.join("zoo.cfg"),
+            &m.dir,
+        ));
+    }
+
+    /// Waits until member `i` serves requests.
+    pub fn wait_node(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        if let Err(e) = wait_serving(m.client_port, &mut m.child, &m.dir) {
+            for j in 0..self.members.len() {
+                self.stop(j);
+            }
+            panic!("{e}");
+        }
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.stop(i);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inspection
+// ---------------------------------------------------------------------------------------------
+
+/// One latch node: name, data (the candidate's identity), owning session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatchNode {
+    pub name: String,
+    pub identity: String,
+    pub owner: i64,
+}
+
+/// A plain client for inspection, without auth.
+pub async fn inspector(addr: &str) -> Client {
+    Client::connector()
+        .with_session_timeout(Duration::from_secs(4))
+        .connect(addr)
+        .await
+        .expect("inspection client connects")
+}
+
+/// The latch nodes of `dir`, in sequence order, read with a separate client.
+pub async fn latch_nodes(addr: &str, dir: &str) -> Vec<LatchNode> {
+    let client = inspector(addr).await;
+    let names = match client.list_children(dir).await {
+        Ok(names) => names,
+        Err(ZkError::NoNode) => Vec::new(),
+        Err(e) => panic!("list {dir}: {e}"),
+    };
+    let mut nodes = Vec::new();
+    for name in names {
+        match client.get_data(&format!("{dir}/{name}")).await {
+            Ok((data, stat)) => nodes.push(LatchNode {
+                identity: String::from_utf8_lossy(&data).into_owned(),
+                owner: stat.ephemeral_owner,
+                name,
+            }),
+            Err(ZkError::NoNode) => {}
+            Err(e) => panic!("get {dir}/{name}: {e}"),
+        }
+    }
+    nodes.sort_by_key(|n| n.name.rsplit('-').next().unwrap_or("").to_owned());
+    nodes
+}
+
+/// Waits until `dir` holds exactly `n` latch nodes.
+pub async fn wait_contenders(addr: &str, dir: &str, n: usize) -> Vec<LatchNode> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let nodes = latch_nodes(addr, dir).await;
+        if nodes.len() == n {
+            return nodes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {n} latch nodes in {dir}, got {nodes:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A loopback port that was free a moment ago.

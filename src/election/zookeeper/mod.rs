@@ -26,7 +26,28 @@
 //!   timeout) and only then reports `Following` with reason `closed`; the next candidate is
 //!   notified by its watch and leads within milliseconds.
 //! * While no server can be reached, the state is `NoQuorum`; connection attempts are retried
-//!   with capped exponential backoff and jitter.
+//!   forever with capped exponential backoff and jitter, from
+//!   `kyuubi.ha.zookeeper.connection.base.retry.wait` up to `...max.retry.wait` (each delay drawn
+//!   from the upper half of the current step). A cleanup leader must come back after any outage,
+//!   so `...retry.policy` and `...max.retries` are accepted for compatibility but only logged at
+//!   the start of each campaign; within a session the client reconnects on its own until the
+//!   session expires.
+//!
+//! # Authentication and ACLs (as Kyuubi)
+//! * `kyuubi.ha.zookeeper.auth.digest` (`user:password`), when set, is added as `digest` auth to
+//!   every session, whatever the auth type; the client sends it again on every reconnection.
+//! * Unless the auth type is `NONE`, every node podsweep creates (the parents of the latch
+//!   directory, the directory itself and the latch nodes) gets world-read plus creator-all
+//!   (`auth` scheme: every identity of the creating session); otherwise the nodes are open.
+//! * `KERBEROS` (only in builds with the `kerberos` feature) connects with SASL/GSSAPI. The
+//!   server principal `service/host@REALM` gives the GSSAPI service and host (defaults:
+//!   `zookeeper` and the host of the connect string). The client cannot log in from a keytab:
+//!   it uses the process's Kerberos credential cache (the default cache or `KRB5CCNAME`; MIT
+//!   krb5 can also acquire from the client keytab named by `KRB5_CLIENT_KTNAME`). In a kerberized
+//!   Kyuubi server that cache is the one Kyuubi's kinit auxiliary service (`kyuubi.kinit.*`)
+//!   fills and re-kinits periodically; Kyuubi's own ZooKeeper client logs in through JAAS with
+//!   the principal and keytab instead. The configured principal and keytab are logged at INFO
+//!   and not used otherwise.
 //!
 //! # Caveats
 //! * The lease is a local bound, not a fencing token: a server clock that runs fast, a session
@@ -39,6 +60,11 @@
 //!   alive on the servers; acting is impossible either way.
 //! * Read-only sessions are never requested, and a `ConnectedReadOnly` state is treated as
 //!   disconnected.
+//! * With secure ACLs every server must authenticate as the same identity (one digest user, or
+//!   Kerberos principals that the ZooKeeper servers map to one name, e.g. with
+//!   `kerberos.removeHostFromPrincipal`): a scope directory created by one identity does not
+//!   let another create latch nodes in it (`NoAuth`; the campaign retries with backoff and logs
+//!   every failure), exactly as with Kyuubi's own nodes.
 
 use std::future::{pending, Future};
 use std::pin::Pin;
@@ -49,21 +75,21 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use zookeeper_client::{
-    Acls, Client, CreateMode, Error as ZkError, LockClient, LockOptions, LockPrefix, SessionState,
-    Stat, StateWatcher,
+    Client, CreateMode, Error as ZkError, LockClient, LockOptions, LockPrefix, SessionState, Stat,
+    StateWatcher,
 };
 
 use super::{Backend, LeaderSignal, Leadership};
-use crate::config::ZkSettings;
+use crate::config::{ZkAuth, ZkSettings};
 use crate::scope::Scope;
+
+mod connect;
+
+use connect::{connector, log_settings, node_acls, Backoff};
 
 /// Curator's `LeaderLatch` node name.
 pub const LATCH_NAME: &str = "latch-";
 
-/// First delay after a failed connection or a lost session.
-const BACKOFF_BASE: Duration = Duration::from_millis(100);
-/// Longest delay between two connection attempts.
-const BACKOFF_CAP: Duration = Duration::from_secs(10);
 /// Upper bound on the latch deletion at close.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -154,7 +180,8 @@ struct Campaign {
 
 impl Campaign {
     async fn run(self) {
-        let mut backoff = Backoff::new(BACKOFF_BASE, BACKOFF_CAP);
+        log_settings(&self.scope, &self.settings);
+        let mut backoff = Backoff::new(self.settings.retry.base_wait, self.settings.retry.max_wait);
         loop {
             let connected = tokio::select! {
                 biased;
@@ -179,7 +206,7 @@ impl Campaign {
                 %session,
                 negotiated_ms = negotiated.as_millis() as u64,
                 requested_ms = self.settings.session_timeout.as_millis() as u64,
-                "ZooKeeper session established"
+                "ZooKeeper session established; negotiated session timeout {negotiated:?}"
             );
             let started = Instant::now();
             match self.session(&client).await {
@@ -211,31 +238,33 @@ impl Campaign {
 
     async fn connect(&self) -> Result<Client, String> {
         let s = &self.settings;
-        let connecting = Client::connector()
-            .with_session_timeout(s.session_timeout)
-            .with_connection_timeout(s.connection_timeout)
-            .with_fail_eagerly()
-            .connect(&s.addresses);
-        match timeout(s.session_timeout + s.connection_timeout, connecting).await {
-            Ok(Ok(client)) => Ok(client),
-            Ok(Err(e)) => Err(format!(
-                "cannot connect to ZooKeeper at {}: {e}",
-                s.addresses
-            )),
-            Err(_) => Err(format!(
-                "cannot connect to ZooKeeper at {}: no session within {:?}",
-                s.addresses,
-                s.session_timeout + s.connection_timeout
-            )),
-        }
+        let connecting = connector(s).connect(&s.addresses);
+        let limit = s.session_timeout + s.connection_timeout;
+        let why = match timeout(limit, connecting).await {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no session within {limit:?}"),
+        };
+        // The client reports a failed SASL handshake only in its own log, as a connection failure.
+        let hint = match s.auth {
+            ZkAuth::Kerberos { .. } => {
+                " (KERBEROS: is there a valid ticket in the credential cache?)"
+            }
+            _ => "",
+        };
+        Err(format!(
+            "cannot connect to ZooKeeper at {}: {why}{hint}",
+            s.addresses
+        ))
     }
 
     /// Contends for the latch in `client`'s session, then leads until the session or the latch
     /// is lost, or until cancellation.
     async fn session(&self, client: &Client) -> End {
         let mut states = client.state_watcher();
-        let options = match LockOptions::new(Acls::anyone_all())
-            .with_ancestor_options(CreateMode::Persistent.with_acls(Acls::anyone_all()))
+        let acls = node_acls(&self.settings.auth);
+        let options = match LockOptions::new(acls)
+            .with_ancestor_options(CreateMode::Persistent.with_acls(acls))
         {
             Ok(options) => options,
             Err(e) => return End::Lost(format!("invalid latch options: {e}")),
@@ -435,58 +464,9 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     }
 }
 
-/// Capped exponential backoff with "equal jitter": each delay is drawn from `[d/2, d]`.
-#[derive(Debug)]
-struct Backoff {
-    base: Duration,
-    cap: Duration,
-    current: Duration,
-}
-
-impl Backoff {
-    fn new(base: Duration, cap: Duration) -> Self {
-        Backoff {
-            base,
-            cap,
-            current: base,
-        }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let d = self.current;
-        self.current = (d * 2).min(self.cap);
-        let half = d / 2;
-        let jitter_ms = rand::random_range(0..=half.as_millis() as u64);
-        half + Duration::from_millis(jitter_ms)
-    }
-
-    fn reset(&mut self) {
-        self.current = self.base;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_grows_to_the_cap_with_jitter() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
-        let mut ceilings = Vec::new();
-        for _ in 0..8 {
-            let ceiling = b.current;
-            let d = b.next_delay();
-            assert!(
-                d >= ceiling / 2 && d <= ceiling,
-                "{d:?} outside [{:?}, {ceiling:?}]",
-                ceiling / 2
-            );
-            ceilings.push(ceiling.as_millis());
-        }
-        assert_eq!(ceilings, [100, 200, 400, 800, 1000, 1000, 1000, 1000]);
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(100));
-    }
 
     #[test]
     fn latch_dir_uses_root_and_encoded_scope() {

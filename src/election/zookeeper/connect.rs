@@ -1,0 +1,221 @@
+//! How a campaign talks to ZooKeeper: the connector of each session (digest auth, Kerberos), the
+//! ACLs of the nodes it creates, and the backoff between sessions.
+
+use std::time::Duration;
+
+use tracing::info;
+use zookeeper_client::{Acl, Acls, Client, Connector, Permission};
+
+use crate::config::{ZkAuth, ZkSettings};
+
+/// Kyuubi's secure ACL: anyone may read, the creator's authenticated identities may do anything.
+static SECURE_ACLS: [Acl; 2] = [
+    Acl::new_const(Permission::READ, "world", "anyone"),
+    Acl::new_const(Permission::ALL, "auth", ""),
+];
+
+/// The ACLs of every node podsweep creates (latch nodes and their parents), as Kyuubi's ACL
+/// provider chooses them: world-read plus creator-all unless the auth type is `NONE`, otherwise
+/// open.
+pub(super) fn node_acls(auth: &ZkAuth) -> Acls<'static> {
+    if auth.secure_acls() {
+        Acls::new(&SECURE_ACLS)
+    } else {
+        Acls::anyone_all()
+    }
+}
+
+/// A connector for one new session: timeouts, the `digest` auth whenever a digest is configured
+/// (whatever the auth type, as Kyuubi does), and SASL/GSSAPI for `KERBEROS`.
+///
+/// Auth packets are sent again on every connection of the session, so reconnects keep them.
+pub(super) fn connector(s: &ZkSettings) -> Connector {
+    let mut connector = Client::connector()
+        .with_session_timeout(s.session_timeout)
+        .with_connection_timeout(s.connection_timeout)
+        .with_fail_eagerly();
+    if let Some(digest) = &s.digest {
+        connector = connector.with_auth("digest", digest.as_bytes());
+    }
+    #[cfg(feature = "kerberos")]
+    if let ZkAuth::Kerberos {
+        server_principal, ..
+    } = &s.auth
+    {
+        connector = connector.with_sasl(gssapi(server_principal.as_deref()));
+    }
+    connector
+}
+
+#[cfg(feature = "kerberos")]
+fn gssapi(server_principal: Option<&str>) -> zookeeper_client::GssapiSaslOptions {
+    let mut options = zookeeper_client::SaslOptions::gssapi();
+    if let Some(p) = server_principal {
+        let (service, host) = split_server_principal(p);
+        options = options.with_username(service);
+        if let Some(host) = host {
+            options = options.with_hostname(host);
+        }
+    }
+    options
+}
+
+/// Splits a ZooKeeper server principal `service[/host][@REALM]` into the GSSAPI service name and
+/// host; the realm is left to the Kerberos configuration. An empty service means `zookeeper`.
+#[cfg_attr(not(feature = "kerberos"), allow(dead_code))]
+pub(super) fn split_server_principal(principal: &str) -> (String, Option<String>) {
+    let name = principal.split('@').next().unwrap_or("");
+    let (service, host) = match name.split_once('/') {
+        Some((service, host)) => (service, Some(host).filter(|h| !h.is_empty())),
+        None => (name, None),
+    };
+    let service = if service.is_empty() {
+        "zookeeper"
+    } else {
+        service
+    };
+    (service.to_owned(), host.map(str::to_owned))
+}
+
+/// Logs, once per campaign, the settings that podsweep accepts but applies differently from
+/// Kyuubi's Curator client.
+pub(super) fn log_settings(scope: &str, s: &ZkSettings) {
+    let r = &s.retry;
+    info!(
+        %scope,
+        policy = %r.policy,
+        max_retries = r.max_retries,
+        base_wait_ms = r.base_wait.as_millis() as u64,
+        max_wait_ms = r.max_wait.as_millis() as u64,
+        "ZooKeeper retry policy {} with {} retries is accepted, but podsweep reconnects forever: \
+         capped exponential backoff from the base wait up to the max wait",
+        r.policy,
+        r.max_retries
+    );
+    if let ZkAuth::Kerberos {
+        principal,
+        keytab,
+        server_principal,
+    } = &s.auth
+    {
+        info!(
+            %scope,
+            principal = principal.as_deref().unwrap_or("<unset>"),
+            keytab = keytab.as_deref().unwrap_or("<unset>"),
+            server_principal = server_principal.as_deref().unwrap_or("zookeeper/<host>"),
+            "ZooKeeper SASL/GSSAPI: the client uses the process's Kerberos credential cache \
+             (kinit, e.g. Kyuubi's kinit service, or KRB5CCNAME; MIT krb5 can also use \
+             KRB5_CLIENT_KTNAME); it cannot log in from the configured principal and keytab"
+        );
+    }
+}
+
+/// Capped exponential backoff with "equal jitter": each delay is drawn from `[d/2, d]`.
+#[derive(Debug)]
+pub(super) struct Backoff {
+    base: Duration,
+    cap: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    /// From `base` (at least 1 ms) doubling up to `cap` (at least `base`).
+    pub(super) fn new(base: Duration, cap: Duration) -> Self {
+        let base = base.max(Duration::from_millis(1));
+        Backoff {
+            base,
+            cap: cap.max(base),
+            current: base,
+        }
+    }
+
+    pub(super) fn next_delay(&mut self) -> Duration {
+        let d = self.current;
+        self.current = (d * 2).min(self.cap);
+        let half = d / 2;
+        let jitter_ms = rand::random_range(0..=(d - half).as_millis() as u64);
+        half + Duration::from_millis(jitter_ms)
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.current = self.base;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_with_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut ceilings = Vec::new();
+        for _ in 0..8 {
+            let ceiling = b.current;
+            let d = b.next_delay();
+            assert!(
+                d >= ceiling / 2 && d <= ceiling,
+                "{d:?} outside [{:?}, {ceiling:?}]",
+                ceiling / 2
+            );
+            ceilings.push(ceiling.as_millis());
+        }
+        assert_eq!(ceilings, [100, 200, 400, 800, 1000, 1000, 1000, 1000]);
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn backoff_cap_below_base_means_a_constant_base() {
+        let mut b = Backoff::new(Duration::from_millis(300), Duration::from_millis(100));
+        for _ in 0..4 {
+            let d = b.next_delay();
+            assert!(d >= Duration::from_millis(150) && d <= Duration::from_millis(300));
+        }
+        let mut zero = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert!(zero.next_delay() <= Duration::from_millis(1));
+    }
+
+    #[test]
+    fn acls_follow_the_auth_type() {
+        let open = node_acls(&ZkAuth::None);
+        assert_eq!(&*open, &*Acls::anyone_all());
+        for auth in [
+            ZkAuth::Digest,
+            ZkAuth::Kerberos {
+                principal: None,
+                keytab: None,
+                server_principal: None,
+            },
+        ] {
+            let acls = node_acls(&auth);
+            let entries: Vec<(&str, &str, Permission)> = acls
+                .iter()
+                .map(|a| (a.scheme(), a.id(), a.permission()))
+                .collect();
+            assert_eq!(
+                entries,
+                [
+                    ("world", "anyone", Permission::READ),
+                    ("auth", "", Permission::ALL)
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn server_principal_splits_into_service_and_host() {
+        let split = |p| split_server_principal(p);
+        assert_eq!(
+            split("zookeeper/zk1.example.com@EXAMPLE.COM"),
+            ("zookeeper".to_owned(), Some("zk1.example.com".to_owned()))
+        );
+        assert_eq!(split("zk@EXAMPLE.COM"), ("zk".to_owned(), None));
+        assert_eq!(split("zookeeper"), ("zookeeper".to_owned(), None));
+        assert_eq!(
+            split("/zk1@R"),
+            ("zookeeper".to_owned(), Some("zk1".to_owned()))
+        );
+        assert_eq!(split("zookeeper/@R"), ("zookeeper".to_owned(), None));
+    }
+}
