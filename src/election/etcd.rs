@@ -62,6 +62,7 @@ use tracing::{info, warn};
 
 pub use self::lease::LeaseTiming;
 use self::lease::{send_beat, KeepAlive, Reply};
+use super::backoff::Backoff;
 use super::{Backend, LeaderSignal, Leadership};
 use crate::config::{keys, EtcdSettings, EtcdTls};
 use crate::scope::Scope;
@@ -522,56 +523,5 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(d) => sleep_until(d).await,
         None => pending().await,
-    }
-}
-
-/// Capped exponential backoff with jitter: each delay is drawn from `[ceiling/2, ceiling]`,
-/// and the ceiling doubles up to the cap.
-#[derive(Debug)]
-struct Backoff {
-    base: Duration,
-    cap: Duration,
-    ceiling: Duration,
-}
-
-impl Backoff {
-    fn new(base: Duration, cap: Duration) -> Self {
-        let base = base.min(cap);
-        let ceiling = base;
-        Backoff { base, cap, ceiling }
-    }
-
-    fn next_delay(&mut self) -> Duration {
-        let ceiling = self.ceiling;
-        self.ceiling = (ceiling * 2).min(self.cap);
-        let half = ceiling / 2;
-        half + Duration::from_millis(rand::random_range(0..=(ceiling - half).as_millis() as u64))
-    }
-
-    fn reset(&mut self) {
-        self.ceiling = self.base;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ms(v: u64) -> Duration {
-        Duration::from_millis(v)
-    }
-
-    #[test]
-    fn backoff_grows_to_the_cap_with_jitter() {
-        let mut b = Backoff::new(ms(100), ms(1_000));
-        for ceiling in [100, 200, 400, 800, 1_000, 1_000] {
-            let d = b.next_delay();
-            assert!(
-                d >= ms(ceiling / 2) && d <= ms(ceiling),
-                "{d:?} vs {ceiling}"
-            );
-        }
-        b.reset();
-        assert!(b.next_delay() <= ms(100));
     }
 }

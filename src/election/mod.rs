@@ -15,6 +15,7 @@
 //! # Caveats
 //! * A backend must release leadership before its campaign future returns after cancellation.
 
+mod backoff;
 pub mod etcd;
 pub mod local;
 pub mod zookeeper;
@@ -97,6 +98,11 @@ impl LeaderSignal {
     fn transition(&self, to: Leadership, reason: &str) {
         self.status.send_if_modified(|s| {
             if s.leadership == to {
+                // Same state, new cause (e.g. a different connection error): keep `since`.
+                if s.reason != reason {
+                    s.reason = reason.to_owned();
+                    return true;
+                }
                 return false;
             }
             *s = Status {

@@ -85,7 +85,8 @@ use crate::scope::Scope;
 
 mod connect;
 
-use connect::{connector, log_settings, node_acls, Backoff};
+use super::backoff::Backoff;
+use connect::{connector, log_settings, node_acls};
 
 /// Curator's `LeaderLatch` node name.
 pub const LATCH_NAME: &str = "latch-";

@@ -1,0 +1,70 @@
+//! Capped exponential backoff with jitter, shared by the election backends.
+
+use std::time::Duration;
+
+/// Capped exponential backoff with "equal jitter": each delay is drawn from `[d/2, d]`.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    base: Duration,
+    cap: Duration,
+    current: Duration,
+}
+
+impl Backoff {
+    /// From `base` (at least 1 ms) doubling up to `cap` (at least `base`).
+    pub(crate) fn new(base: Duration, cap: Duration) -> Self {
+        let base = base.max(Duration::from_millis(1));
+        Backoff {
+            base,
+            cap: cap.max(base),
+            current: base,
+        }
+    }
+
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let d = self.current;
+        self.current = (d * 2).min(self.cap);
+        let half = d / 2;
+        let jitter_ms = rand::random_range(0..=(d - half).as_millis() as u64);
+        half + Duration::from_millis(jitter_ms)
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.current = self.base;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_with_jitter() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let mut ceilings = Vec::new();
+        for _ in 0..8 {
+            let ceiling = b.current;
+            let d = b.next_delay();
+            assert!(
+                d >= ceiling / 2 && d <= ceiling,
+                "{d:?} outside [{:?}, {ceiling:?}]",
+                ceiling / 2
+            );
+            ceilings.push(ceiling.as_millis());
+        }
+        assert_eq!(ceilings, [100, 200, 400, 800, 1000, 1000, 1000, 1000]);
+        b.reset();
+        assert!(b.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn backoff_cap_below_base_means_a_constant_base() {
+        let mut b = Backoff::new(Duration::from_millis(300), Duration::from_millis(100));
+        for _ in 0..4 {
+            let d = b.next_delay();
+            assert!(d >= Duration::from_millis(150) && d <= Duration::from_millis(300));
+        }
+        let mut zero = Backoff::new(Duration::ZERO, Duration::ZERO);
+        assert!(zero.next_delay() <= Duration::from_millis(1));
+    }
+}
