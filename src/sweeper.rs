@@ -136,6 +136,7 @@ pub fn spawn(
     let sweeper = Sweeper {
         tracker: Tracker::new(cfg.tombstone_ttl),
         bucket: Bucket::new(cfg.tuning.qps, cfg.tuning.burst),
+        finishing: HashMap::new(),
         forbidden: HashMap::new(),
         forbidden_summary_at: None,
         scope,
@@ -187,6 +188,8 @@ struct Sweeper {
     /// When a leaderless scope is to be reported unhealthy.
     leaderless_alert_at: Option<Instant>,
     bucket: Bucket,
+    /// Records cancelled by an event while their DELETE was in flight, kept until it ends.
+    finishing: HashMap<Uid, crate::tracker::Record>,
     /// Pods whose last DELETE was forbidden (403), with the API's message.
     forbidden: HashMap<Uid, String>,
     /// When the next summary of forbidden pods may be logged.
@@ -197,6 +200,7 @@ struct Sweeper {
 impl Sweeper {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         let mut status = self.election.watch();
+        let mut last_leadership = status.borrow().leadership;
         let mut build_at = Some(Instant::now());
         let mut probe = tokio::time::interval(self.cfg.overdue_probe);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -213,7 +217,10 @@ impl Sweeper {
                         break;
                     }
                     let st = status.borrow_and_update().clone();
-                    self.on_leadership(&st);
+                    if st.leadership != last_leadership {
+                        last_leadership = st.leadership;
+                        self.on_leadership(&st);
+                    }
                 }
                 Some(done) = self.inflight.join_next_with_id(), if !self.inflight.is_empty() => {
                     self.on_done(done);
@@ -305,8 +312,10 @@ impl Sweeper {
                 if let Some(key) = self.keys.remove(&uid) {
                     self.queue.remove(&key);
                 }
-                if let Some(abort) = self.inflight_abort.remove(&uid) {
-                    abort.abort();
+                if self.inflight_abort.contains_key(&uid) {
+                    // Most likely the event of our own DELETE, arriving before its HTTP answer:
+                    // let the request finish so its outcome is logged and counted.
+                    self.finishing.insert(uid.clone(), rec.clone());
                 }
                 self.forbidden.remove(&uid);
                 debug!(
@@ -471,6 +480,7 @@ impl Sweeper {
         };
         self.inflight_abort.remove(&uid);
         let Some(outcome) = outcome else {
+            self.finishing.remove(&uid);
             // Not sent (lease ran out) or aborted (leadership lost): the pod waits, due.
             if let Some(rec) = self.tracker.get_mut(&uid) {
                 rec.stage = Stage::Due;
@@ -480,10 +490,16 @@ impl Sweeper {
             return;
         };
         self.metrics.outcome(outcome.class);
-        let Some(rec) = self.tracker.get(&uid).cloned() else {
-            // Cancelled by an event while in flight; nothing more to do for it.
-            self.dispatch();
-            return;
+        let (rec, cancelled) = match self.tracker.get(&uid).cloned() {
+            Some(rec) => (rec, false),
+            None => match self.finishing.remove(&uid) {
+                // Cancelled by an event while in flight: report the outcome, nothing more to do.
+                Some(rec) => (rec, true),
+                None => {
+                    self.dispatch();
+                    return;
+                }
+            },
         };
         let now_wall = self.clock.now();
         let deadline =
@@ -529,6 +545,10 @@ impl Sweeper {
         }
         if outcome.class == OutcomeClass::Accepted {
             self.metrics.record_lag(late);
+        }
+        if cancelled {
+            self.dispatch();
+            return;
         }
         if outcome.class == OutcomeClass::Forbidden {
             self.forbidden.insert(uid.clone(), outcome.to_string());

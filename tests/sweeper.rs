@@ -689,3 +689,24 @@ async fn forbidden_pods_are_summarised_once_per_interval() {
         .count();
     assert_eq!(per_pod_warnings, 0, "no WARN or ERROR per forbidden pod");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_delete_event_of_our_own_delete_does_not_hide_its_outcome() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    f.observe(f.pod("own", EventKind::Update, AppState::Finished, Some(3600)));
+    let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
+    // The informer's DELETE event overtakes the HTTP answer.
+    f.observe(f.pod("own", EventKind::Delete, AppState::Finished, Some(3600)));
+    f.settle().await;
+    send.send_response(status_reply(200, "", None));
+    f.settle().await;
+    assert_eq!(
+        f.outcome(OutcomeClass::Accepted),
+        1,
+        "the request ran to its end and was counted"
+    );
+    assert_eq!(f.status()["tracked"], 0);
+    assert!(f.next_delete(Duration::from_secs(3600)).await.is_none());
+}

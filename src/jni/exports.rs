@@ -57,6 +57,21 @@ fn scope_of(
     Ok(Scope::new(c.as_deref(), n.as_deref()))
 }
 
+/// Panics are caught at the JNI boundary and thrown as `PodsweepException`; the hook only makes
+/// sure the message goes to the JVM's log instead of the process's stderr.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            tracing::error!(target: "podsweep", "native panic at {at}: {info}");
+        }));
+    });
+}
+
 #[no_mangle]
 pub extern "system" fn Java_org_podsweep_NativeBridge_create<'l>(
     mut env: JNIEnv<'l>,
@@ -77,6 +92,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_create<'l>(
         }
         let server_id = req_string(env, &server_id, "serverId")?;
         super::log_bridge::install();
+        install_panic_hook();
         let settings = Settings::from_map(k.into_iter().zip(v).collect::<HashMap<_, _>>())
             .map_err(|e| Failure::IllegalArgument(e.to_string()))?;
         let rt = runtime()?;
