@@ -4,16 +4,25 @@ import java.time.Instant
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{KubeAndZk, KyuubiPods, LogicalServer}
+import org.podsweep.testkit.{KubeAndHa, KyuubiPods, LogicalServer}
 import org.scalatest.concurrent.Eventually
 import org.scalatest.funsuite.AnyFunSuite
 import org.scalatest.time.SpanSugar._
 
+/** The coordination scenarios with leaders elected through ZooKeeper (Curator TestingServer). */
+class CoordinationZooKeeperSuite extends CoordinationSuite("zookeeper")
+
+/** The same scenarios with leaders elected through etcd (the system's etcd, lease TTL 2 s). */
+class CoordinationEtcdSuite extends CoordinationSuite("etcd")
+
 /**
  * Several logical Kyuubi servers, each with its informer and its own PodSweeper, against one mock
- * API server and one ZooKeeper: who deletes, how often, and after which events.
+ * API server and one HA service (`backend`: zookeeper or etcd): who deletes, how often, and after
+ * which events.
  */
-class CoordinationSuite extends AnyFunSuite with KubeAndZk with Eventually {
+abstract class CoordinationSuite(backend: String) extends AnyFunSuite with KubeAndHa with Eventually {
+  override def haBackendName: String = backend
+
   implicit override val patienceConfig: PatienceConfig = PatienceConfig(60.seconds, 100.millis)
 
   private lazy val admin: KubernetesClient = kube.client("test-admin")

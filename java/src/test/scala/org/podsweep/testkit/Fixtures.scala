@@ -6,29 +6,42 @@ import org.apache.curator.test.TestingServer
 import org.scalatest.{BeforeAndAfterAll, Suite}
 
 /** One fabric8 mock API server and one ZooKeeper (Curator TestingServer) per suite. */
-trait KubeAndZk extends BeforeAndAfterAll { this: Suite =>
+trait KubeAndZk extends KubeAndHa { this: Suite =>
+  override def haBackendName: String = "zookeeper"
+
+  def zk: TestingServer = ha match {
+    case z: ZooKeeperBackend => z.server
+    case other => sys.error(s"HA backend is $other, not ZooKeeper")
+  }
+}
+
+/** One fabric8 mock API server and one HA service (`haBackendName`: zookeeper or etcd) per suite. */
+trait KubeAndHa extends BeforeAndAfterAll { this: Suite =>
   @volatile private var kubeOpt: Option[MockKube] = None
-  @volatile private var zkOpt: Option[TestingServer] = None
+  @volatile private var haOpt: Option[HaBackend] = None
+
+  /** `zookeeper` or `etcd`. */
+  def haBackendName: String
 
   def kube: MockKube = kubeOpt.getOrElse(sys.error("mock API server not started"))
-  def zk: TestingServer = zkOpt.getOrElse(sys.error("ZooKeeper not started"))
+  def ha: HaBackend = haOpt.getOrElse(sys.error("HA backend not started"))
 
   override protected def beforeAll(): Unit = {
     super.beforeAll()
-    zkOpt = Some(new TestingServer(true))
+    haOpt = Some(HaBackend.start(haBackendName))
     kubeOpt = Some(new MockKube)
   }
 
   override protected def afterAll(): Unit = {
     try {
       kubeOpt.foreach(_.close())
-      zkOpt.foreach(_.close())
+      haOpt.foreach(_.close())
     } finally super.afterAll()
   }
 
   def unique(prefix: String): String = s"$prefix-${UUID.randomUUID().toString.take(8)}"
 
-  /** The Kyuubi configuration of one server: cleanup kind ALL, a short retain period, ZooKeeper HA. */
+  /** The Kyuubi configuration of one server: cleanup kind ALL, a short retain period, the suite's HA. */
   def kyuubiConf(
       token: String,
       haNamespace: String,
@@ -39,11 +52,8 @@ trait KubeAndZk extends BeforeAndAfterAll { this: Suite =>
     "kyuubi.kubernetes.authenticate.oauthToken" -> token,
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
     "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> retain,
-    "kyuubi.ha.addresses" -> zk.getConnectString,
-    "kyuubi.ha.zookeeper.session.timeout" -> "4000",
-    "kyuubi.ha.zookeeper.connection.timeout" -> "4000",
     "kyuubi.ha.namespace" -> haNamespace
-  ) ++ extra
+  ) ++ ha.kyuubiConf ++ extra
 
   /** Starts logical servers named `names` (token = name), runs `body`, closes them all. */
   def withServers[T](haNamespace: String, names: Seq[String], retain: String = "PT1S")(
