@@ -17,10 +17,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::recorder::{self, Recorder};
 use podsweep::clock::Clock;
 use podsweep::config::ETCD_CLIENT_CLASS;
 use podsweep::config::{keys, HaSettings, Settings};
-use podsweep::deleter::{Outcome, OutcomeClass, PodDeleter};
 use podsweep::election::{etcd::EtcdBackend, zookeeper::ZooKeeperBackend, Backend, Leadership};
 use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
@@ -166,31 +166,6 @@ fn backend_of(settings: &Settings) -> Arc<dyn Backend> {
     }
 }
 
-#[derive(Default)]
-struct Recorder {
-    uids: Mutex<Vec<String>>,
-    echo: bool,
-}
-
-impl PodDeleter for Recorder {
-    fn delete(&self, _: &str, uid: &str, _: bool) -> futures::future::BoxFuture<'static, Outcome> {
-        self.uids.lock().unwrap().push(uid.to_owned());
-        if self.echo {
-            println!("DELETE {uid}");
-            let _ = std::io::stdout().flush();
-        }
-        Box::pin(async {
-            Outcome {
-                class: OutcomeClass::Accepted,
-                code: Some(200),
-                reason: String::new(),
-                message: String::new(),
-                retry_after: None,
-            }
-        })
-    }
-}
-
 fn engine(conf: &[(&str, String)], id: &str, retain_ms: u64, rec: Arc<Recorder>) -> Engine {
     let mut map: HashMap<String, String> = conf
         .iter()
@@ -201,10 +176,7 @@ fn engine(conf: &[(&str, String)], id: &str, retain_ms: u64, rec: Arc<Recorder>)
     map.insert(keys::HA_NAMESPACE.into(), "podsweep_bench".into());
     let settings = Settings::from_map(map).expect("bench conf");
     let backend = backend_of(&settings);
-    let source: DeleterSource = Arc::new(move |_| {
-        let d: Arc<dyn PodDeleter> = rec.clone();
-        Box::pin(async move { Ok(d) })
-    });
+    let source: DeleterSource = recorder::source(rec);
     Engine::with_parts(
         settings,
         id,
@@ -505,10 +477,7 @@ fn child(spec: &str) {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let rec = Arc::new(Recorder {
-            echo: true,
-            ..Default::default()
-        });
+        let rec = Arc::new(Recorder::echoing());
         let e = engine(&conf, "child", spec["retain_ms"].as_u64().unwrap(), rec);
         let scope = Scope::new(Some("bench"), spec["namespace"].as_str());
         e.observe(scope.clone(), pod("warm", AppState::Running, None))

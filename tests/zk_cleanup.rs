@@ -10,10 +10,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::recorder::{self, Recorder};
 use common::zk::ZkServer;
 use podsweep::clock::Clock;
 use podsweep::config::{keys, HaSettings, Settings};
-use podsweep::deleter::{Outcome, OutcomeClass, PodDeleter};
 use podsweep::election::zookeeper::ZooKeeperBackend;
 use podsweep::election::Leadership;
 use podsweep::engine::Engine;
@@ -24,36 +24,6 @@ use tokio::time::{sleep, Instant};
 
 const CHILD_ENV: &str = "PODSWEEP_CLEANUP_CHILD";
 const SESSION_MS: u64 = 2000;
-
-/// Records every DELETE instead of sending it; answers "accepted".
-#[derive(Default)]
-struct Recorder {
-    uids: Mutex<Vec<String>>,
-    echo: bool,
-}
-
-impl PodDeleter for Recorder {
-    fn delete(
-        &self,
-        _name: &str,
-        uid: &str,
-        _dry_run: bool,
-    ) -> futures::future::BoxFuture<'static, Outcome> {
-        self.uids.lock().unwrap().push(uid.to_owned());
-        if self.echo {
-            println!("DELETE {uid}");
-        }
-        Box::pin(async {
-            Outcome {
-                class: OutcomeClass::Accepted,
-                code: Some(200),
-                reason: String::new(),
-                message: String::new(),
-                retry_after: None,
-            }
-        })
-    }
-}
 
 fn engine(zk: &str, id: &str, retain_ms: u64, recorder: Arc<Recorder>) -> Engine {
     let conf: HashMap<String, String> = [
@@ -70,10 +40,7 @@ fn engine(zk: &str, id: &str, retain_ms: u64, recorder: Arc<Recorder>) -> Engine
     let HaSettings::ZooKeeper(zk) = settings.ha.clone() else {
         panic!("zookeeper expected")
     };
-    let source: DeleterSource = Arc::new(move |_| {
-        let d: Arc<dyn PodDeleter> = recorder.clone();
-        Box::pin(async move { Ok(d) })
-    });
+    let source: DeleterSource = recorder::source(recorder);
     Engine::with_parts(
         settings,
         id,
@@ -273,10 +240,7 @@ fn cleanup_child() {
         .build()
         .unwrap();
     rt.block_on(async move {
-        let recorder = Arc::new(Recorder {
-            echo: true,
-            ..Default::default()
-        });
+        let recorder = Arc::new(Recorder::echoing());
         let e = engine(&zk, "child", retain_ms, recorder);
         e.observe(
             scope(),

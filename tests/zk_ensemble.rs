@@ -12,12 +12,12 @@ mod common;
 mod sampler;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use common::recorder::{self, Recorder};
 use common::zk::{inspector, latch_nodes, wait_contenders, ZkEnsemble};
 use podsweep::config::{keys, HaSettings, Settings, ZkAuth, ZkRetry, ZkSettings};
-use podsweep::deleter::{Outcome, OutcomeClass, PodDeleter};
 use podsweep::election::zookeeper::ZooKeeperBackend;
 use podsweep::election::{Backend, ElectionHandle, Leadership};
 use podsweep::engine::Engine;
@@ -225,32 +225,6 @@ async fn a_leader_pinned_to_the_killed_server_is_replaced_after_its_session_expi
 // b) quorum loss, at the engine level
 // ---------------------------------------------------------------------------------------------
 
-/// Records every DELETE instead of sending it; answers "accepted".
-#[derive(Default)]
-struct Recorder {
-    uids: Mutex<Vec<String>>,
-}
-
-impl PodDeleter for Recorder {
-    fn delete(
-        &self,
-        _name: &str,
-        uid: &str,
-        _dry_run: bool,
-    ) -> futures::future::BoxFuture<'static, Outcome> {
-        self.uids.lock().unwrap().push(uid.to_owned());
-        Box::pin(async {
-            Outcome {
-                class: OutcomeClass::Accepted,
-                code: Some(200),
-                reason: String::new(),
-                message: String::new(),
-                retry_after: None,
-            }
-        })
-    }
-}
-
 const RETAIN_MS: u64 = 3000;
 
 fn engine(zk: &str, id: &str, recorder: Arc<Recorder>) -> Engine {
@@ -270,10 +244,7 @@ fn engine(zk: &str, id: &str, recorder: Arc<Recorder>) -> Engine {
     let HaSettings::ZooKeeper(zk) = settings.ha.clone() else {
         panic!("zookeeper expected")
     };
-    let source: DeleterSource = Arc::new(move |_| {
-        let d: Arc<dyn PodDeleter> = recorder.clone();
-        Box::pin(async move { Ok(d) })
-    });
+    let source: DeleterSource = recorder::source(recorder);
     Engine::with_parts(
         settings,
         id,

@@ -1,2 +1,3 @@
 pub mod etcd;
+pub mod recorder;
 pub mod zk;
