@@ -33,6 +33,12 @@ final class NativeBridge {
 
   static native String scopeStatus(long handle, String context, String namespace);
 
+  /**
+   * A JSON array with the snapshot of every scope this handle knows (each like
+   * {@link #scopeStatus}), sorted by scope.
+   */
+  static native String statusAll(long handle);
+
   /** Releases leadership and frees the handle; deletes nothing. Called at most once per handle. */
   static native void close(long handle);
 

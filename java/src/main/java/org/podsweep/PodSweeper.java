@@ -150,6 +150,24 @@ public final class PodSweeper implements AutoCloseable {
     }
   }
 
+  /**
+   * A JSON array with one snapshot per scope this server has seen (each with the fields of
+   * {@link #scopeStatus}, plus {@code scope}, {@code context} and {@code namespace}), sorted by
+   * scope. {@link ScopeStatus#parseAll} reads it. Metric adapters call it instead of one
+   * {@link #scopeStatus} per scope.
+   *
+   * @throws IllegalStateException after {@link #close}
+   */
+  public String statusAll() {
+    ReentrantReadWriteLock.ReadLock r = lock.readLock();
+    r.lock();
+    try {
+      return NativeBridge.statusAll(open());
+    } finally {
+      r.unlock();
+    }
+  }
+
   /** The server id given to {@link #create}. */
   public String serverId() {
     return serverId;

@@ -39,6 +39,33 @@ public final class ScopeStatus {
     return new ScopeStatus(json, map);
   }
 
+  /**
+   * Parses a {@link PodSweeper#statusAll} JSON array; each element must be a JSON object.
+   *
+   * @throws IllegalArgumentException if {@code json} is null or not a JSON array of objects
+   */
+  public static List<ScopeStatus> parseAll(String json) {
+    if (json == null) {
+      throw new IllegalArgumentException("json must not be null");
+    }
+    Object value = new Parser(json).parseDocument();
+    if (!(value instanceof List)) {
+      throw new IllegalArgumentException("status list is not a JSON array: " + json);
+    }
+    List<ScopeStatus> out = new ArrayList<>();
+    for (Object element : (List<?>) value) {
+      if (!(element instanceof Map)) {
+        throw new IllegalArgumentException("status list element is not a JSON object: " + element);
+      }
+      @SuppressWarnings("unchecked")
+      Map<String, Object> map = (Map<String, Object>) element;
+      StringBuilder text = new StringBuilder();
+      write(text, map);
+      out.add(new ScopeStatus(text.toString(), map));
+    }
+    return Collections.unmodifiableList(out);
+  }
+
   /** The JSON text as the native library returned it. */
   public String json() {
     return json;
@@ -105,6 +132,51 @@ public final class ScopeStatus {
   @Override
   public String toString() {
     return json;
+  }
+
+  /** Writes a parsed value back as JSON (for the elements of {@link #parseAll}). */
+  private static void write(StringBuilder out, Object v) {
+    if (v instanceof Map) {
+      out.append('{');
+      boolean first = true;
+      for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+        if (!first) {
+          out.append(',');
+        }
+        first = false;
+        write(out, String.valueOf(e.getKey()));
+        out.append(':');
+        write(out, e.getValue());
+      }
+      out.append('}');
+    } else if (v instanceof List) {
+      out.append('[');
+      boolean first = true;
+      for (Object e : (List<?>) v) {
+        if (!first) {
+          out.append(',');
+        }
+        first = false;
+        write(out, e);
+      }
+      out.append(']');
+    } else if (v instanceof String) {
+      String str = (String) v;
+      out.append('"');
+      for (int k = 0; k < str.length(); k++) {
+        char c = str.charAt(k);
+        if (c == '"' || c == '\\') {
+          out.append('\\').append(c);
+        } else if (c < 0x20) {
+          out.append(String.format("\\u%04x", (int) c));
+        } else {
+          out.append(c);
+        }
+      }
+      out.append('"');
+    } else {
+      out.append(v); // Long, Double, Boolean or null
+    }
   }
 
   private static long asLong(Object v) {
