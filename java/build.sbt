@@ -48,7 +48,13 @@ lazy val root = (project in file("."))
       "org.apache.curator" % "curator-test" % curatorVersion % Test,
       "org.apache.curator" % "curator-framework" % curatorVersion % Test,
       "com.google.guava" % "guava" % "33.4.8-jre" % Test,
-      "org.slf4j" % "slf4j-simple" % "2.0.13" % Test // fabric8 brings slf4j-api 2.x into tests
+      "org.slf4j" % "slf4j-simple" % "2.0.13" % Test, // fabric8 brings slf4j-api 2.x into tests
+      // Adapters (org.podsweep.metrics, org.podsweep.fabric8): supplied by the Kyuubi server.
+      "io.dropwizard.metrics" % "metrics-core" % "4.2.30" % Provided,
+      "io.fabric8" % "kubernetes-client-api" % fabric8Version % Provided,
+      // Only for Slf4jRoutingSuite's forked JVM (slf4j-simple stays this JVM's provider); 1.3.x is
+      // the Java 8 line that is an SLF4J 2 provider (the 1.2.x binding is ignored by slf4j-api 2.x).
+      "ch.qos.logback" % "logback-classic" % "1.3.15" % Test
     ),
     nativeLibrary := sys.env.get("PODSWEEP_NATIVE_LIB").filter(_.nonEmpty).map(file)
       .getOrElse(repoRoot.value / "target" / "x86_64-unknown-linux-gnu" / "release" / "libpodsweep.so"),
