@@ -1,0 +1,335 @@
+package org.podsweep.fabric8;
+
+import io.fabric8.kubernetes.api.model.ContainerStateTerminated;
+import io.fabric8.kubernetes.api.model.ContainerStatus;
+import io.fabric8.kubernetes.api.model.ObjectMeta;
+import io.fabric8.kubernetes.api.model.Pod;
+import io.fabric8.kubernetes.api.model.PodCondition;
+import io.fabric8.kubernetes.api.model.PodStatus;
+import java.time.OffsetDateTime;
+import java.time.format.DateTimeFormatter;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import org.podsweep.PodEvent;
+import org.podsweep.PodSweeper;
+
+/**
+ * Feeds fabric8 {@link Pod} informer events to a {@link PodSweeper} the way Kyuubi sees them.
+ *
+ * <p>Kyuubi's {@code SparkEnginePodEventHandler} computes the {@code ApplicationState} of a pod and
+ * then calls {@link #observe(Pod, String, String, PodEvent, String)} with the pod, the scope
+ * ({@code KubernetesInfo.context.orNull}, {@code KubernetesInfo.namespace.orNull}), the callback and
+ * the state's name. From Scala:
+ *
+ * <pre>{@code
+ * val observer = KyuubiPodObserver.fromKyuubiConf(sweeper, kyuubiConf.getAll.asJava)
+ * observer.observe(pod, info.context.orNull, info.namespace.orNull, PodEvent.UPDATE, state.toString)
+ * }</pre>
+ *
+ * <p>What reaches {@link PodSweeper#observe} ({@link #observation} computes it, without side
+ * effects): the {@code kyuubi-unique-tag} label value, whether {@code spark-app-selector} is
+ * present, {@code metadata.name}, {@code metadata.uid}, whether {@code metadata.deletionTimestamp}
+ * is set, and the termination time, the first of:
+ *
+ * <ol>
+ *   <li>with state source {@code CONTAINER}: {@code terminated.finishedAt} of the container named by
+ *       {@code kyuubi.kubernetes.application.state.container} (default
+ *       {@value #DEFAULT_STATE_CONTAINER});
+ *   <li>the latest {@code terminated.finishedAt} over all containers ({@code status.containerStatuses},
+ *       current state, then last state);
+ *   <li>when the pod phase is terminal ({@code Succeeded} or {@code Failed}, and Kyuubi's
+ *       non-standard {@code Error} and {@code OOMKilled}): the {@code lastTransitionTime} of the
+ *       {@code Ready} condition;
+ *   <li>unknown ({@code 0}).
+ * </ol>
+ *
+ * Timestamps are RFC 3339 ({@code 2026-01-02T03:04:05Z}, with optional fraction and offset); one
+ * that does not parse counts as absent. Missing parts of the pod (metadata, labels, status,
+ * containers) never throw; a pod without a name or UID is not passed on (the native side requires
+ * both), and {@link Observation#complete()} says so.
+ */
+public final class KyuubiPodObserver {
+  public static final String UNIQUE_TAG_LABEL = "kyuubi-unique-tag";
+  public static final String APP_SELECTOR_LABEL = "spark-app-selector";
+  public static final String STATE_SOURCE_KEY = "kyuubi.kubernetes.application.state.source";
+  public static final String STATE_CONTAINER_KEY = "kyuubi.kubernetes.application.state.container";
+  public static final String DEFAULT_STATE_CONTAINER = "spark-kubernetes-driver";
+
+  /** Kyuubi's {@code kyuubi.kubernetes.application.state.source} (default {@code POD}). */
+  public enum StateSource {
+    POD,
+    CONTAINER;
+
+    /** Case-insensitive; null or empty is {@code POD}. */
+    public static StateSource parse(String value) {
+      if (value == null || value.trim().isEmpty()) {
+        return POD;
+      }
+      try {
+        return valueOf(value.trim().toUpperCase(Locale.ROOT));
+      } catch (IllegalArgumentException e) {
+        throw new IllegalArgumentException(
+            STATE_SOURCE_KEY + " must be POD or CONTAINER, got " + value, e);
+      }
+    }
+  }
+
+  private final PodSweeper sweeper;
+  private final StateSource source;
+  private final String stateContainer;
+
+  public KyuubiPodObserver(PodSweeper sweeper, StateSource source, String stateContainer) {
+    if (sweeper == null) {
+      throw new IllegalArgumentException("sweeper must not be null");
+    }
+    this.sweeper = sweeper;
+    this.source = source == null ? StateSource.POD : source;
+    this.stateContainer =
+        stateContainer == null || stateContainer.isEmpty() ? DEFAULT_STATE_CONTAINER : stateContainer;
+  }
+
+  /** Reads the state source and container from Kyuubi's configuration (Kyuubi's defaults if absent). */
+  public static KyuubiPodObserver fromKyuubiConf(PodSweeper sweeper, Map<String, String> kyuubiConf) {
+    String src = kyuubiConf == null ? null : kyuubiConf.get(STATE_SOURCE_KEY);
+    String container = kyuubiConf == null ? null : kyuubiConf.get(STATE_CONTAINER_KEY);
+    return new KyuubiPodObserver(sweeper, StateSource.parse(src), container);
+  }
+
+  public StateSource stateSource() {
+    return source;
+  }
+
+  public String stateContainer() {
+    return stateContainer;
+  }
+
+  /**
+   * Computes the observation and passes it to {@link PodSweeper#observe} (skipped when the pod has
+   * no name or UID). Non-blocking.
+   *
+   * @return what was (or, if not {@link Observation#complete()}, would have been) observed
+   * @throws IllegalArgumentException if {@code event} is null or {@code appState} is not an
+   *     ApplicationState name (from the native side)
+   */
+  public Observation observe(Pod pod, String context, String namespace, PodEvent event, String appState) {
+    Observation o = observation(pod, context, namespace, event, appState, source, stateContainer);
+    if (o.complete()) {
+      sweeper.observe(
+          o.context,
+          o.namespace,
+          o.event,
+          o.uniqueTag,
+          o.podName,
+          o.podUid,
+          o.appState,
+          o.hasAppSelector,
+          o.terminatedAtMillis,
+          o.deletionTimestampSet);
+    }
+    return o;
+  }
+
+  /** The pure part of {@link #observe}: what would reach {@link PodSweeper#observe}. */
+  public static Observation observation(
+      Pod pod,
+      String context,
+      String namespace,
+      PodEvent event,
+      String appState,
+      StateSource source,
+      String stateContainer) {
+    ObjectMeta meta = pod == null ? null : pod.getMetadata();
+    Map<String, String> labels = meta == null ? null : meta.getLabels();
+    return new Observation(
+        context,
+        namespace,
+        event,
+        labels == null ? null : labels.get(UNIQUE_TAG_LABEL),
+        meta == null ? null : meta.getName(),
+        meta == null ? null : meta.getUid(),
+        appState,
+        labels != null && labels.containsKey(APP_SELECTOR_LABEL),
+        terminatedAtMillis(pod, source, stateContainer),
+        meta != null && meta.getDeletionTimestamp() != null);
+  }
+
+  /** The termination time in epoch milliseconds, or 0 if unknown (see the class comment). */
+  public static long terminatedAtMillis(Pod pod, StateSource source, String stateContainer) {
+    PodStatus status = pod == null ? null : pod.getStatus();
+    if (status == null) {
+      return 0;
+    }
+    List<ContainerStatus> containers = status.getContainerStatuses();
+    String wanted = stateContainer == null || stateContainer.isEmpty() ? DEFAULT_STATE_CONTAINER : stateContainer;
+    if (source == StateSource.CONTAINER && containers != null) {
+      for (ContainerStatus c : containers) {
+        if (c != null && wanted.equals(c.getName())) {
+          long t = finishedAt(c);
+          if (t > 0) {
+            return t;
+          }
+        }
+      }
+    }
+    long latest = 0;
+    if (containers != null) {
+      for (ContainerStatus c : containers) {
+        latest = Math.max(latest, finishedAt(c));
+      }
+    }
+    if (latest > 0) {
+      return latest;
+    }
+    if (isTerminalPhase(status.getPhase()) && status.getConditions() != null) {
+      for (PodCondition cond : status.getConditions()) {
+        if (cond != null && "Ready".equals(cond.getType())) {
+          long t = parseRfc3339(cond.getLastTransitionTime());
+          if (t > 0) {
+            return t;
+          }
+        }
+      }
+    }
+    return 0;
+  }
+
+  private static boolean isTerminalPhase(String phase) {
+    if (phase == null) {
+      return false;
+    }
+    switch (phase.toLowerCase(Locale.ROOT)) {
+      case "succeeded":
+      case "failed":
+      case "error":
+      case "oomkilled":
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  /** {@code terminated.finishedAt} of the current state, else of the last state, else 0. */
+  private static long finishedAt(ContainerStatus c) {
+    if (c == null) {
+      return 0;
+    }
+    if (c.getState() != null) {
+      long t = finishedAt(c.getState().getTerminated());
+      if (t > 0) {
+        return t;
+      }
+    }
+    return c.getLastState() == null ? 0 : finishedAt(c.getLastState().getTerminated());
+  }
+
+  private static long finishedAt(ContainerStateTerminated terminated) {
+    return terminated == null ? 0 : parseRfc3339(terminated.getFinishedAt());
+  }
+
+  /**
+   * Epoch milliseconds of an RFC 3339 date-time ({@code T} or {@code t} or a space between date and
+   * time, {@code Z}/{@code z} or a numeric offset, optional fraction), or 0 if null or invalid.
+   */
+  public static long parseRfc3339(String text) {
+    if (text == null) {
+      return 0;
+    }
+    String t = text.trim();
+    if (t.length() < 11) {
+      return 0;
+    }
+    char sep = t.charAt(10);
+    if (sep == 't' || sep == ' ') {
+      t = t.substring(0, 10) + 'T' + t.substring(11);
+    }
+    if (t.endsWith("z")) {
+      t = t.substring(0, t.length() - 1) + 'Z';
+    }
+    try {
+      long ms = OffsetDateTime.parse(t, DateTimeFormatter.ISO_OFFSET_DATE_TIME).toInstant().toEpochMilli();
+      return ms > 0 ? ms : 0;
+    } catch (RuntimeException e) {
+      return 0;
+    }
+  }
+
+  /** What one informer event contributes: the arguments of {@link PodSweeper#observe}. */
+  public static final class Observation {
+    public final String context;
+    public final String namespace;
+    public final PodEvent event;
+    public final String uniqueTag;
+    public final String podName;
+    public final String podUid;
+    public final String appState;
+    public final boolean hasAppSelector;
+    public final long terminatedAtMillis;
+    public final boolean deletionTimestampSet;
+
+    public Observation(
+        String context,
+        String namespace,
+        PodEvent event,
+        String uniqueTag,
+        String podName,
+        String podUid,
+        String appState,
+        boolean hasAppSelector,
+        long terminatedAtMillis,
+        boolean deletionTimestampSet) {
+      this.context = context;
+      this.namespace = namespace;
+      this.event = event;
+      this.uniqueTag = uniqueTag;
+      this.podName = podName;
+      this.podUid = podUid;
+      this.appState = appState;
+      this.hasAppSelector = hasAppSelector;
+      this.terminatedAtMillis = terminatedAtMillis;
+      this.deletionTimestampSet = deletionTimestampSet;
+    }
+
+    /** Whether the pod had a name and a UID, i.e. whether {@link #observe} passes it on. */
+    public boolean complete() {
+      return podName != null && podUid != null;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      if (this == o) {
+        return true;
+      }
+      if (!(o instanceof Observation)) {
+        return false;
+      }
+      Observation x = (Observation) o;
+      return hasAppSelector == x.hasAppSelector
+          && terminatedAtMillis == x.terminatedAtMillis
+          && deletionTimestampSet == x.deletionTimestampSet
+          && Objects.equals(context, x.context)
+          && Objects.equals(namespace, x.namespace)
+          && event == x.event
+          && Objects.equals(uniqueTag, x.uniqueTag)
+          && Objects.equals(podName, x.podName)
+          && Objects.equals(podUid, x.podUid)
+          && Objects.equals(appState, x.appState);
+    }
+
+    @Override
+    public int hashCode() {
+      return Objects.hash(context, namespace, event, uniqueTag, podName, podUid, appState,
+          hasAppSelector, terminatedAtMillis, deletionTimestampSet);
+    }
+
+    @Override
+    public String toString() {
+      return "Observation[context=" + context + ", namespace=" + namespace + ", event=" + event
+          + ", uniqueTag=" + uniqueTag + ", podName=" + podName + ", podUid=" + podUid
+          + ", appState=" + appState + ", hasAppSelector=" + hasAppSelector
+          + ", terminatedAtMillis=" + terminatedAtMillis
+          + ", deletionTimestampSet=" + deletionTimestampSet + "]";
+    }
+  }
+}
