@@ -168,8 +168,9 @@ public final class PodsweepMetricSet implements MetricSet {
       throw new IllegalArgumentException("registry must not be null");
     }
     int added = 0;
+    java.util.Set<String> existing = registry.getNames();
     for (Map.Entry<String, Metric> e : getMetrics().entrySet()) {
-      if (registry.getMetrics().containsKey(e.getKey())) {
+      if (existing.contains(e.getKey())) {
         continue;
       }
       try {
