@@ -10,14 +10,17 @@ import scala.collection.JavaConverters._
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
 import org.apache.curator.test.TestingServer
-import org.podsweep.testkit.{KyuubiPods, LogCapture, LogicalServer, MockKube, Recorded}
+import org.podsweep.testkit.{DeleteFaults, EtcdBackend, EtcdServer, HaBackend, KyuubiPods, LogCapture, LogicalServer, MockKube, Recorded, ZooKeeperBackend}
 
 /**
  * Today's Kyuubi cleanup vs podsweep, on embedded infrastructure: a Curator TestingServer as
- * ZooKeeper and a fabric8 mock (CRUD) as the API server. M scopes are M namespaces; P terminated
+ * ZooKeeper (or the system's etcd, `--backend etcd`) and a fabric8 mock (CRUD) as the API server.
+ * With `--faults` the mock answers podsweep's DELETEs with 403 (every one for the first 10 s),
+ * then a share of 429 (`Retry-After: 1`), 503 and dropped connections. M scopes are M namespaces; P terminated
  * Spark driver pods are spread over them, plus decoys that must never be deleted.
  *
- * Usage: Demo [--servers N] [--scopes M] [--pods P] [--retain-ms R] [--report FILE]
+ * Usage: Demo [--servers N] [--scopes M] [--pods P] [--retain-ms R] [--backend zookeeper|etcd] [--faults]
+ *   [--report FILE]
  * The report (a table, then one JSON line) goes to stdout and, with --report, to FILE.
  */
 object Demo {
@@ -26,6 +29,8 @@ object Demo {
       scopes: Int = 2,
       pods: Int = 300,
       retainMs: Long = 2000,
+      backend: String = "zookeeper",
+      faults: Boolean = false,
       report: Option[File] = None,
       log: String = "target/demo-output.log")
 
@@ -42,8 +47,14 @@ object Demo {
       decoysMissing: Int,
       loudLines: Int,
       seconds: Double,
-      leaders: Map[String, String] = Map.empty) {
+      leaders: Map[String, String] = Map.empty,
+      outcomes: Map[String, Long] = Map.empty,
+      injected: Map[String, Int] = Map.empty) {
     def requests: Int = deletes.size
+    /** DELETEs that reached the CRUD store (not answered by an injected fault). */
+    def stored: Seq[Recorded] = deletes.filter(_.injected.isEmpty)
+    /** Pods that reached the store more than once. */
+    def duplicates: Int = stored.groupBy(_.pod).count(_._2.size > 1)
     def code(c: Int): Int = deletes.count(_.status == c)
     def otherCodes: Int = deletes.count(d => d.status != 200 && d.status != 404)
   }
@@ -81,6 +92,8 @@ object Demo {
     case "--scopes" :: v :: t => parse(t, a.copy(scopes = v.toInt))
     case "--pods" :: v :: t => parse(t, a.copy(pods = v.toInt))
     case "--retain-ms" :: v :: t => parse(t, a.copy(retainMs = v.toLong))
+    case "--backend" :: v :: t if HaBackend.Names.contains(v) => parse(t, a.copy(backend = v))
+    case "--faults" :: t => parse(t, a.copy(faults = true))
     case "--report" :: v :: t => parse(t, a.copy(report = Some(new File(v))))
     case "--log" :: v :: t => parse(t, a.copy(log = v))
     case other => throw new IllegalArgumentException(s"unknown arguments: ${other.mkString(" ")}")
@@ -90,19 +103,23 @@ object Demo {
 
   def run(a: Args): Unit = {
     require(a.servers >= 1 && a.scopes >= 1 && a.pods >= 1, "servers, scopes and pods must be positive")
-    val zk = new TestingServer(true)
-    val kube = new MockKube
-    val admin = kube.client("demo-admin")
-    try {
-      progress(s"ZooKeeper at ${zk.getConnectString}, mock API server at ${kube.url}; logs in ${a.log}")
-      val baseline = baselinePhase(a, kube, admin)
-      val podsweep = podsweepPhase(a, kube, admin, zk)
-      report(a, baseline, podsweep)
-    } finally {
-      admin.close()
-      kube.close()
-      zk.close()
+    val ha: HaBackend = a.backend match {
+      case "etcd" => new EtcdBackend(new EtcdServer(), leaseTimeout = "PT2S")
+      case _ => new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = 6000)
     }
+    try {
+      val kube = new MockKube
+      val admin = kube.client("demo-admin")
+      try {
+        progress(s"HA backend $ha, mock API server at ${kube.url}; logs in ${a.log}")
+        val baseline = baselinePhase(a, kube, admin)
+        val podsweep = podsweepPhase(a, kube, admin, ha)
+        report(a, baseline, podsweep)
+      } finally {
+        admin.close()
+        kube.close()
+      }
+    } finally ha.close()
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -211,11 +228,22 @@ object Demo {
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Phase 2: podsweep on N servers, one leader per scope through ZooKeeper
+  // Phase 2: podsweep on N servers, one leader per scope through ZooKeeper or etcd
 
-  private def podsweepPhase(a: Args, kube: MockKube, admin: KubernetesClient, zk: TestingServer): PhaseResult = {
+  private val OutcomeClasses =
+    Seq("accepted", "throttled", "server_error", "transport", "forbidden", "already_absent", "replaced", "other")
+
+  private def podsweepPhase(a: Args, kube: MockKube, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
     val nss = namespaces("podsweep", a)
-    progress(s"phase 2 (podsweep): ${a.servers} servers, leader per scope elected through ZooKeeper")
+    progress(s"phase 2 (podsweep): ${a.servers} servers, leader per scope elected through ${ha.name}" +
+      (if (a.faults) ", DELETE faults injected" else ""))
+    val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
+    // Faults: 403s are retried every 2 s (not 1 min) and backoffs capped at 2 s, so the run ends soon.
+    val faultConf = if (!a.faults) Map.empty[String, String] else Map(
+      P + "forbidden.retryInterval" -> "PT2S",
+      P + "retry.maxWait" -> "PT2S",
+      P + "rateLimit.qps" -> "50",
+      P + "rateLimit.burst" -> "50")
     val logs = new LogCapture
     val servers = (1 to a.servers).map { i =>
       val conf = Map(
@@ -223,9 +251,7 @@ object Demo {
         "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
         "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> a.retainMs.toString,
-        "kyuubi.ha.addresses" -> zk.getConnectString,
-        "kyuubi.ha.zookeeper.session.timeout" -> "6000",
-        "kyuubi.ha.namespace" -> "kyuubi-demo")
+        "kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf
       new LogicalServer(s"server-$i", kube, conf)
     }
     try {
@@ -237,19 +263,26 @@ object Demo {
       while (!leaders.values.forall(_.size == 1) && System.currentTimeMillis() < electBy) Thread.sleep(50)
       val elected = leaders.map { case (ns, l) => ns -> l.mkString(",") }
       progress(s"phase 2: leaders ${elected.toSeq.sorted.map { case (ns, s) => s"$ns -> $s" }.mkString(", ")}")
+      val faults = if (a.faults) Some(new DeleteFaults(namespaces = nss.contains)) else None
+      faults.foreach(kube.injectDeleteFaults)
       val startedAt = System.currentTimeMillis()
-      val w = terminate(admin, drivers, decoys, a.retainMs)
-      progress(s"phase 2: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
-      settle(kube, nss, quietMs = a.retainMs + 2000) {
-        val left = present(admin, nss)
-        !w.drivers.exists(left)
-      }
+      val w = try {
+        val w = terminate(admin, drivers, decoys, a.retainMs)
+        progress(s"phase 2: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
+        settle(kube, nss, quietMs = a.retainMs + 2000) {
+          val left = present(admin, nss)
+          !w.drivers.exists(left)
+        }
+        w
+      } finally kube.clearDeleteFaults()
+      val outcomes = OutcomeClasses.map(c => c -> servers.flatMap(s => nss.map(ns => s.status(ns).outcome(c))).sum).toMap
       val loud = logs.records.count(_.warnOrError)
       explainLeaks(admin, nss, w, servers)
       val errors = servers.flatMap(_.errors.asScala)
       if (errors.nonEmpty) progress(s"observe threw: ${errors.take(3).mkString("; ")}")
       servers.foreach(_.close())
-      judge("podsweep (ZooKeeper leader)", kube, admin, nss, w, loud, startedAt, elected)
+      judge(s"podsweep (${ha.name} leader)", kube, admin, nss, w, loud, startedAt, elected)
+        .copy(outcomes = outcomes, injected = faults.map(_.injected).getOrElse(Map.empty))
     } finally {
       servers.foreach(s => scala.util.Try(s.close()))
       logs.close()
@@ -284,7 +317,8 @@ object Demo {
     def line(s: String = ""): Unit = out.append(s).append('\n')
     def perPod(r: PhaseResult): Double = r.requests.toDouble / a.pods
     line(s"podsweep demo: ${a.servers} servers, ${a.scopes} scopes (namespaces), ${a.pods} terminated Spark driver pods " +
-      s"+ ${4 * a.scopes} decoys, retain period ${a.retainMs} ms")
+      s"+ ${4 * a.scopes} decoys, retain period ${a.retainMs} ms, HA backend ${a.backend}" +
+      (if (a.faults) ", DELETE faults injected" else ""))
     line()
     line(f"${"phase"}%-28s ${"DELETEs"}%8s ${"per pod"}%8s ${"200"}%6s ${"404"}%6s ${"other"}%6s ${"wrongful"}%9s ${"leaked"}%7s ${"decoys lost"}%12s ${"WARN/ERROR"}%11s ${"seconds"}%8s")
     Seq(b, p).foreach { r =>
@@ -297,14 +331,23 @@ object Demo {
       line(f"  $s%-10s ${b.byServer.getOrElse(s, 0)}%9d ${p.byServer.getOrElse(s, 0)}%9d")
     }
     line(s"podsweep leaders: ${p.leaders.toSeq.sorted.map { case (ns, s) => s"$ns -> $s" }.mkString(", ")}")
+    line(s"podsweep DELETE outcomes (sum over servers): ${OutcomeClasses.map(c => s"$c=${p.outcomes.getOrElse(c, 0L)}").mkString(" ")}")
+    if (a.faults)
+      line(s"faults injected by the mock: ${p.injected.toSeq.sorted.map { case (k, v) => s"$k=$v" }.mkString(" ")}")
+    def obj(m: Seq[(String, String)]): String = m.map { case (k, v) => "\"" + k + "\":" + v }.mkString("{", ",", "}")
     val json = Seq(
       "servers" -> a.servers.toString,
       "scopes" -> a.scopes.toString,
       "pods" -> a.pods.toString,
       "decoys" -> (4 * a.scopes).toString,
       "retain_ms" -> a.retainMs.toString,
+      "backend" -> ("\"" + a.backend + "\""),
+      "faults" -> a.faults.toString,
       "delete_requests" -> p.requests.toString,
-      "deletes_per_pod" -> f"${perPod(p)}%.2f",
+      "deletes_per_pod" -> f"${p.stored.size.toDouble / a.pods}%.2f",
+      "pods_deleted_twice" -> p.duplicates.toString,
+      "outcomes" -> obj(OutcomeClasses.map(c => c -> p.outcomes.getOrElse(c, 0L).toString)),
+      "injected_faults" -> obj(Seq("forbidden", "throttled", "server_error", "transport").map(c => c -> p.injected.getOrElse(c, 0).toString)),
       "leaked" -> p.leaked.toString,
       "wrongful_deletes" -> p.wrongful.toString,
       "decoys_deleted" -> p.decoysMissing.toString,

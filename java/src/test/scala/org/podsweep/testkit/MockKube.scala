@@ -11,7 +11,7 @@ import io.fabric8.kubernetes.client.{Config, ConfigBuilder, KubernetesClient, Ku
 import io.fabric8.kubernetes.client.okhttp.OkHttpClientFactory
 import io.fabric8.kubernetes.client.server.mock.{KubernetesMixedDispatcher, KubernetesMockServer}
 import io.fabric8.mockwebserver.{Context, ServerRequest, ServerResponse}
-import okhttp3.mockwebserver.{Dispatcher, MockResponse, MockWebServer, RecordedRequest}
+import okhttp3.mockwebserver.{Dispatcher, MockResponse, MockWebServer, RecordedRequest, SocketPolicy}
 
 /** One HTTP request the mock API server received. */
 final case class Recorded(
@@ -20,7 +20,8 @@ final case class Recorded(
     bearer: Option[String],
     body: String,
     atMillis: Long,
-    status: Int) {
+    status: Int,
+    injected: Option[DeleteFault] = None) {
   /** The path without its query string. */
   def bare: String = path.takeWhile(_ != '?')
 
@@ -32,13 +33,14 @@ final case class Recorded(
 }
 
 object MockKube {
-  // okhttp's MockWebServer logs every request through java.util.logging; keep test output quiet.
+  // okhttp's MockWebServer logs every request through java.util.logging, and a WARNING for each
+  // connection closed without a request (pooled connections, injected disconnects); keep it quiet.
   private val julQuiet = java.util.logging.Logger.getLogger(classOf[MockWebServer].getName)
-  julQuiet.setLevel(java.util.logging.Level.WARNING)
+  julQuiet.setLevel(java.util.logging.Level.SEVERE)
 }
 
 object Recorded {
-  private val PodPath = "^/api/v1/namespaces/([^/]+)/pods/([^/]+)$".r
+  private[testkit] val PodPath = "^/api/v1/namespaces/([^/]+)/pods/([^/]+)$".r
 }
 
 /**
@@ -58,14 +60,47 @@ final class MockKube extends AutoCloseable {
         .filter(_.startsWith("Bearer ")).map(_.stripPrefix("Bearer ").trim)
       val body = Option(request.getBody).map(_.clone().readUtf8()).getOrElse("")
       val at = System.currentTimeMillis()
-      val response = mixed.dispatch(request)
+      val fault = faults.flatMap { f =>
+        if (request.getMethod != "DELETE") None
+        else Recorded.PodPath.unapplySeq(Option(request.getPath).getOrElse("").takeWhile(_ != '?')) match {
+          case Some(List(ns, _)) => f.decide(ns)
+          case _ => None
+        }
+      }
+      val response = fault.map(faultResponse).getOrElse(mixed.dispatch(request))
       // "HTTP/1.1 404 Client Error" -> 404
-      val code = Option(response.getStatus).map(_.split(" ")).filter(_.length > 1)
+      val answered = Option(response.getStatus).map(_.split(" ")).filter(_.length > 1)
         .flatMap(p => scala.util.Try(p(1).toInt).toOption).getOrElse(0)
-      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, at, code))
+      // A dropped connection carries no status.
+      val code = if (fault.contains(DeleteFault.Disconnect)) 0 else answered
+      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, at, code, fault))
       response
     }
     override def shutdown(): Unit = mixed.shutdown()
+  }
+
+  @volatile private var faults: Option[DeleteFaults] = None
+
+  /** From now on pod DELETEs fail as `f` decides (they do not reach the CRUD store). */
+  def injectDeleteFaults(f: DeleteFaults): Unit = faults = Some(f)
+
+  def clearDeleteFaults(): Unit = faults = None
+
+  private def statusJson(code: Int, reason: String, message: String): String =
+    s"""{"apiVersion":"v1","kind":"Status","metadata":{},"status":"Failure","message":"$message","reason":"$reason","code":$code}"""
+
+  private def faultResponse(fault: DeleteFault): MockResponse = fault match {
+    case DeleteFault.Forbidden =>
+      new MockResponse().setResponseCode(403).setHeader("Content-Type", "application/json")
+        .setBody(statusJson(403, "Forbidden", "pods is forbidden: injected fault"))
+    case DeleteFault.Throttled =>
+      new MockResponse().setResponseCode(429).setHeader("Content-Type", "application/json")
+        .setHeader("Retry-After", "1").setBody(statusJson(429, "TooManyRequests", "too many requests, injected fault"))
+    case DeleteFault.Unavailable =>
+      new MockResponse().setResponseCode(503).setHeader("Content-Type", "application/json")
+        .setBody(statusJson(503, "ServiceUnavailable", "the server is currently unable to handle the request (injected)"))
+    case DeleteFault.Disconnect =>
+      new MockResponse().setSocketPolicy(SocketPolicy.DISCONNECT_AFTER_REQUEST)
   }
 
   val server = new KubernetesMockServer(new Context(), new MockWebServer(), responses, recording, false)
