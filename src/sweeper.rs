@@ -200,7 +200,14 @@ struct Sweeper {
 impl Sweeper {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         let mut status = self.election.watch();
-        let mut last_leadership = status.borrow().leadership;
+        // The backend may have decided before this task first ran (the local backend leads at
+        // once): act on the state as it is now, then on every change of it.
+        let initial = status.borrow_and_update().clone();
+        let mut last_leadership = Leadership::Following;
+        if initial.leadership != last_leadership {
+            last_leadership = initial.leadership;
+            self.on_leadership(&initial);
+        }
         let mut build_at = Some(Instant::now());
         let mut probe = tokio::time::interval(self.cfg.overdue_probe);
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -710,3 +710,42 @@ async fn the_delete_event_of_our_own_delete_does_not_hide_its_outcome() {
     assert_eq!(f.status()["tracked"], 0);
     assert!(f.next_delete(Duration::from_secs(3600)).await.is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_backend_that_decides_before_the_sweeper_runs_is_seen() {
+    start();
+    let engine = Engine::with_parts(
+        Settings::from_map(
+            [(keys::CLEANUP_KIND, "ALL")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        )
+        .unwrap(),
+        "local",
+        Arc::new(podsweep::election::local::LocalBackend),
+        Arc::new(|_| Box::pin(async { Err("unused".to_owned()) })),
+        Clock::System,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let scope = Scope::new(None, Some("spark"));
+    let obs = Observation {
+        kind: EventKind::Add,
+        tag: "t".into(),
+        pod_name: "p".into(),
+        pod_uid: "u".into(),
+        state: AppState::Running,
+        has_app_selector: true,
+        terminated_at: None,
+        deletion_requested: false,
+    };
+    engine.observe(scope.clone(), obs).unwrap();
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    let status: serde_json::Value = serde_json::from_str(&engine.status_json(&scope)).unwrap();
+    assert_eq!(status["leadership"], "LEADING");
+    assert_eq!(status["leader"], 1, "{status}");
+    assert_eq!(status["leadership_transitions"], 1, "{status}");
+}
