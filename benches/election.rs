@@ -330,7 +330,6 @@ async fn election_bench(env: &BackendEnv, runs: usize) {
         b.close_async(Duration::from_secs(5)).await;
     }
     let line = serde_json::json!({
-        "bench": "election",
         "backend": env.name,
         "timeouts": env.timeouts,
         "graceful_handoff": stats(&handoff),
@@ -338,7 +337,7 @@ async fn election_bench(env: &BackendEnv, runs: usize) {
         "frozen_leader_takeover_to_first_delete": stats(&frozen_takeover),
         "frozen_ex_leader_deletes_after_wake": frozen_deletes,
     });
-    println!("{line}");
+    common::bench::line("election", line);
 }
 
 /// Steady state: one leader and one follower on a scope; backend requests per scope per minute
@@ -368,17 +367,16 @@ async fn steady_state(env: &BackendEnv, quick: bool) {
     let kube = ra.uids.lock().unwrap().len() + rb.uids.lock().unwrap().len();
     a.close_async(Duration::from_secs(5)).await;
     b.close_async(Duration::from_secs(5)).await;
-    println!(
-        "{}",
+    common::bench::line(
+        "election_steady_state",
         serde_json::json!({
-            "bench": "election_steady_state",
             "backend": env.name,
             "timeouts": env.timeouts,
             "candidates_per_scope": 2,
             "window_s": window.as_secs(),
             "backend_requests_per_scope_per_minute": per_minute,
             "kubernetes_requests": kube,
-        })
+        }),
     );
 }
 

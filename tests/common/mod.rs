@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod etcd;
 pub mod recorder;
 pub mod zk;
