@@ -1,5 +1,7 @@
 //! Output of the benches: one JSON object per line, `{"bench": "<name>", ...}`.
 
+#![allow(dead_code)]
+
 /// Prints `fields` (a JSON object) on one line of stdout with `"bench": name` as its first key.
 pub fn line(name: &str, fields: serde_json::Value) {
     let mut out = format!("{{\"bench\":{}", serde_json::Value::from(name));
