@@ -12,7 +12,6 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -104,7 +103,7 @@ impl BackendEnv {
                         "server_tick_ms": options.tick.as_millis() as u64,
                         "server_max_session_ms": options.max_session.as_millis() as u64,
                     }),
-                    requests: Box::new(move || zk_packets_received(port)),
+                    requests: Box::new(move || common::bench::zk_packets_received(port)),
                     _server: Box::new(zk),
                 }
             }
@@ -121,41 +120,12 @@ impl BackendEnv {
                         (keys::ETCD_LEASE_TIMEOUT, ttl.into()),
                     ],
                     timeouts: serde_json::json!({"lease_ttl": ttl}),
-                    requests: Box::new(move || etcd_grpc_messages(&metrics_at)),
+                    requests: Box::new(move || common::bench::etcd_grpc_messages(&metrics_at)),
                     _server: Box::new(etcd),
                 }
             }
         }
     }
-}
-
-/// Sum of `grpc_server_msg_received_total` from etcd's `/metrics`: every unary request and every
-/// stream message (keep-alives) the server received.
-fn etcd_grpc_messages(endpoint: &str) -> Option<u64> {
-    let hostport = endpoint.strip_prefix("http://")?;
-    let mut s = TcpStream::connect(hostport).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {hostport}\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let total: f64 = body
-        .lines()
-        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    Some(total as u64)
-}
-
-/// `Received:` from the `srvr` four-letter command: packets the server has received.
-fn zk_packets_received(port: u16) -> Option<u64> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"srvr").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.lines()
-        .find_map(|l| l.strip_prefix("Received:"))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 fn backend_of(settings: &Settings) -> Arc<dyn Backend> {

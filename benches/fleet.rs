@@ -16,8 +16,8 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -118,31 +118,6 @@ impl ApiCounter {
     }
 }
 
-/// Sum of `grpc_server_msg_received_total` from etcd's `/metrics`: every unary request and every
-/// stream message (keep-alives) the server received.
-fn etcd_grpc_messages(endpoint: &str) -> Option<u64> {
-    let hostport = endpoint.strip_prefix("http://")?;
-    let mut s = TcpStream::connect(hostport).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {hostport}\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    let total: f64 = body
-        .lines()
-        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    Some(total as u64)
-}
-
-/// `Received:` from `srvr`: packets the ZooKeeper server has received.
-fn zk_packets_received(port: u16) -> Option<u64> {
-    common::zk::four_letter(port, "srvr")?
-        .lines()
-        .find_map(|l| l.strip_prefix("Received:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 fn running_pod(uid: &str) -> Observation {
     Observation {
         kind: EventKind::Add,
@@ -208,7 +183,7 @@ async fn coordination_traffic(smoke: bool) {
         Fleet {
             backend: "zookeeper",
             timeouts: json!({"session_timeout_requested_ms": 60000, "server_tick_ms": 2000, "server_max_session_ms": 40000}),
-            requests: Box::new(move || zk_packets_received(zk_port)),
+            requests: Box::new(move || common::bench::zk_packets_received(zk_port)),
             engines: (0..SERVERS)
                 .map(|i| build(&zk_conf, format!("server-{i}:10009")))
                 .collect(),
@@ -216,7 +191,7 @@ async fn coordination_traffic(smoke: bool) {
         Fleet {
             backend: "etcd",
             timeouts: json!({"lease_timeout": "PT10S (Kyuubi's default)"}),
-            requests: Box::new(move || etcd_grpc_messages(&etcd_endpoint)),
+            requests: Box::new(move || common::bench::etcd_grpc_messages(&etcd_endpoint)),
             engines: (0..SERVERS)
                 .map(|i| build(&etcd_conf, format!("server-{i}:10009")))
                 .collect(),
