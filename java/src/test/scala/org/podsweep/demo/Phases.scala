@@ -25,6 +25,9 @@ object Phases {
    *                     cleaned, the leader of the first scope is closed (graceful `close()`), and the
    *                     second wave is terminated once its successor leads
    * @param sweeperConf  extra keys for every podsweep server (e.g. rate limits)
+   * @param quietMs      once every driver pod is gone (and, for the baseline, every cache is empty),
+   *                     how long no DELETE may arrive before the phase ends; by default the retain
+   *                     period + 2 s
    */
   final case class Spec(
       servers: Int,
@@ -35,7 +38,9 @@ object Phases {
       failover: Boolean = false,
       namespacePrefix: String = "",
       sweeperConf: Map[String, String] = Map.empty,
+      quietMs: Option[Long] = None,
       progress: String => Unit = _ => ()) {
+    def quiet: Long = quietMs.getOrElse(retainMs + 2000)
     def namespaces(phase: String): Seq[String] = (0 until scopes).map(i => s"$namespacePrefix$phase-$i")
     def decoys: Int = 4 * scopes
   }
@@ -209,7 +214,7 @@ object Phases {
       val startedAt = System.currentTimeMillis()
       val w = terminate(admin, drivers, decoys, s.retainMs)
       s.progress(s"phase 1: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
-      settle(kube, nss, quietMs = s.retainMs + 2000) {
+      settle(kube, nss, quietMs = s.quiet) {
         val left = present(admin, nss)
         !w.drivers.exists(left) && servers.forall(_.pending == 0)
       }
@@ -307,7 +312,7 @@ object Phases {
           s.progress(s"phase 2: wave 2, ${wave2.size} driver pods terminated; waiting for the retain period and cleanup")
           w1 ++ w2
         }
-        settle(kube, nss, quietMs = s.retainMs + 2000) {
+        settle(kube, nss, quietMs = s.quiet) {
           val left = present(admin, nss)
           !w.drivers.exists(left)
         }

@@ -69,9 +69,9 @@ object TimelineSvg {
 
     // Vertical layout.
     val legendY = 78.0
-    val marksTop = 104.0 // rows for the labels of the wave marks
-    val lanesLabelY = marksTop + 3 * 14 + 6
-    val lanesTop = lanesLabelY + 10
+    val lanesLabelY = 112.0
+    val marksTop = lanesLabelY + 6 // rows for the labels of the wave marks
+    val lanesTop = marksTop + 2 * 14 + 8
     val lanesBottom = lanesTop + scopes.size * (LaneHeight + LaneGap) - LaneGap
     val histLabelY = lanesBottom + 36
     val histTop = histLabelY + 14
@@ -108,7 +108,8 @@ object TimelineSvg {
     var t = 0.0
     while (t <= span + 1e-9) {
       val gx = PlotLeft + t / span * (PlotRight - PlotLeft)
-      vline(gx, lanesTop, histBottom, "#eeeeee", 1)
+      vline(gx, lanesTop, lanesBottom, "#eeeeee", 1)
+      vline(gx, histTop, histBottom, "#eeeeee", 1)
       vline(gx, histBottom, histBottom + 5, Ink, 1)
       text(gx, histBottom + 18, if (t == t.floor) t.toLong.toString else n(t), size = 11, anchor = "middle")
       t += tick
@@ -175,21 +176,23 @@ object TimelineSvg {
     // Marks: the waves (dashed) and the failover (red, with a label box).
     p.marks.filterNot(m => p.failover.exists(f => f.stopAtMillis == m.atMillis)).zipWithIndex.foreach { case (m, k) =>
       val mx = x(m.atMillis)
-      val ly = marksTop + (k % 3) * 14 + 10
-      vline(mx, ly - 10, histBottom, Muted, 1, "4,3")
+      val ly = marksTop + (k % 2) * 14 + 10
+      vline(mx, ly - 10, lanesBottom + 4, Muted, 1, "4,3")
+      vline(mx, histTop - 4, histBottom, Muted, 1, "4,3")
       text(mx + 4, ly, f"${m.label} (${(m.atMillis - t0) / 1000.0}%.1f s)", size = 11, fill = Muted)
     }
     p.failover.foreach { f =>
       val fx = x(f.stopAtMillis)
-      vline(fx, lanesTop - 4, histBottom, FailoverRed, 2)
+      vline(fx, lanesTop - 4, lanesBottom + 4, FailoverRed, 2)
+      vline(fx, histTop - 4, histBottom, FailoverRed, 2)
       val main = f.main
       def ms(at: Option[Long]): String = at.map(a => s"${a - f.stopAtMillis} ms").getOrElse("never")
       val lines = Seq(
         f"${f.stopped} stopped at ${(f.stopAtMillis - t0) / 1000.0}%.1f s",
         s"(graceful close(), leader of ${f.successors.map(_.scope).mkString(", ")})",
-        s"${f.scope}: ${main.flatMap(_.server).getOrElse("nobody")} leads after ${ms(main.flatMap(_.leadingAtMillis))},",
-        s"its first DELETE after ${ms(main.flatMap(_.firstDeleteAtMillis))}")
-      val boxW = 300.0
+        s"${f.scope}: ${main.flatMap(_.server).getOrElse("nobody")} seen leading after ${ms(main.flatMap(_.leadingAtMillis))},",
+        s"its first DELETE after ${ms(main.flatMap(_.firstDeleteAtMillis))} (times from the stop)")
+      val boxW = 330.0
       val boxH = lines.size * 15 + 8.0
       val bx = if (fx + 8 + boxW <= PlotRight) fx + 8 else fx - 8 - boxW
       val by = histTop + 4
@@ -247,8 +250,8 @@ object TimelineSvg {
         f"possible in-process) at ${(f.stopAtMillis - t0) / 1000.0}%.2f s; close() took ${f.closedAtMillis - f.stopAtMillis} ms", FailoverRed)
       footer(f.successors.map { x =>
         def ms(at: Option[Long]): String = at.map(a => s"${a - f.stopAtMillis} ms").getOrElse("never")
-        s"${x.scope} -> ${x.server.getOrElse("nobody")}: leading after ${ms(x.leadingAtMillis)}, first DELETE after ${ms(x.firstDeleteAtMillis)}"
-      }.mkString("handover (from the stop): ", "; ", ""), FailoverRed)
+        s"${x.scope} -> ${x.server.getOrElse("nobody")}: seen leading after ${ms(x.leadingAtMillis)}, first DELETE after ${ms(x.firstDeleteAtMillis)}"
+      }.mkString("handover (from the stop; leading = first 2-ms poll that saw isLeader, so a DELETE can come first): ", "; ", ""), FailoverRed)
     }
     footer("Leader lanes: one sample of every server's isLeader per 100 ms (a sub-100 ms handover does not show as grey). " +
       "DELETEs: every request the mock recorded, per 1-s bucket.", Muted)
