@@ -78,7 +78,7 @@ object TimelineSvg {
     val histBottom = histTop + HistHeight
     val axisLabelY = histBottom + 36
     val footerY = axisLabelY + 30
-    val footerLines = 3 + p.failover.map(_ => 2).getOrElse(0)
+    val footerLines = 3 + p.failover.map(f => 2 + f.successors.size).getOrElse(0)
     val height = (footerY + footerLines * 17 + 16).toInt
 
     el(s"""<?xml version="1.0" encoding="UTF-8"?>""")
@@ -150,8 +150,9 @@ object TimelineSvg {
     val counts: Seq[Map[String, Int]] = (0 until buckets).map { k =>
       p.deletes.filter(d => ((d.atMillis - t0) / 1000L).toInt == k).groupBy(_.bearer.getOrElse("?")).map { case (s, v) => s -> v.size }
     }
-    val peak = math.max(1, counts.map(_.values.sum).max)
-    val yStep = step(peak.toDouble, 6, Seq(1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000))
+    // Headroom above the highest bar keeps the failover label box (top third) clear of the bars.
+    val peak = math.max(1, counts.map(_.values.sum).max) * (if (p.failover.isDefined) 1.55 else 1.0)
+    val yStep = step(peak, 6, Seq(1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000))
     val yMax = math.ceil(peak / yStep) * yStep
     def hy(v: Double): Double = histBottom - v / yMax * HistHeight
     var yv = 0.0
@@ -248,10 +249,12 @@ object TimelineSvg {
     p.failover.foreach { f =>
       footer(f"failover: ${f.stopped} was stopped by a graceful close() (releases leadership at once; an abrupt kill is not " +
         f"possible in-process) at ${(f.stopAtMillis - t0) / 1000.0}%.2f s; close() took ${f.closedAtMillis - f.stopAtMillis} ms", FailoverRed)
-      footer(f.successors.map { x =>
+      footer("handover, times from the stop (\"seen leading\" = the first 2-ms poll that saw isLeader, so the first DELETE can come a little earlier):", FailoverRed)
+      f.successors.foreach { x =>
         def ms(at: Option[Long]): String = at.map(a => s"${a - f.stopAtMillis} ms").getOrElse("never")
-        s"${x.scope} -> ${x.server.getOrElse("nobody")}: seen leading after ${ms(x.leadingAtMillis)}, first DELETE after ${ms(x.firstDeleteAtMillis)}"
-      }.mkString("handover (from the stop; leading = first 2-ms poll that saw isLeader, so a DELETE can come first): ", "; ", ""), FailoverRed)
+        footer(s"    ${x.scope} -> ${x.server.getOrElse("nobody")}: seen leading after ${ms(x.leadingAtMillis)}, " +
+          s"first DELETE after ${ms(x.firstDeleteAtMillis)}", FailoverRed)
+      }
     }
     footer("Leader lanes: one sample of every server's isLeader per 100 ms (a sub-100 ms handover does not show as grey). " +
       "DELETEs: every request the mock recorded, per 1-s bucket.", Muted)
