@@ -1,0 +1,371 @@
+package org.podsweep.demo
+
+import java.time.Instant
+import java.time.temporal.ChronoUnit
+
+import scala.collection.JavaConverters._
+
+import io.fabric8.kubernetes.api.model.Pod
+import io.fabric8.kubernetes.client.KubernetesClient
+import org.podsweep.testkit.{DeleteFaults, HaBackend, KyuubiPods, LogCapture, LogicalServer, MockKube, Recorded}
+
+/**
+ * The workload, the two phases and the judge shared by the demo and the `deletes_per_pod` bench:
+ * phase 1 runs today's Kyuubi cleanup ([[BaselineKyuubiServer]]) on N servers, phase 2 runs N
+ * podsweep [[LogicalServer]]s with one leader per scope. Each phase uses its own namespaces
+ * (`<prefix>baseline-<i>`, `<prefix>podsweep-<i>`), so one MockKube and one HA service can serve
+ * many phases.
+ */
+object Phases {
+
+  /**
+   * What a phase runs.
+   *
+   * @param failover     podsweep phase only: pods terminate in two waves; while the first is being
+   *                     cleaned, the leader of the first scope is closed (graceful `close()`), and the
+   *                     second wave is terminated once its successor leads
+   * @param sweeperConf  extra keys for every podsweep server (e.g. rate limits)
+   * @param quietMs      once every driver pod is gone (and, for the baseline, every cache is empty),
+   *                     how long no DELETE may arrive before the phase ends; by default the retain
+   *                     period + 2 s
+   */
+  final case class Spec(
+      servers: Int,
+      scopes: Int,
+      pods: Int,
+      retainMs: Long,
+      faults: Boolean = false,
+      failover: Boolean = false,
+      namespacePrefix: String = "",
+      sweeperConf: Map[String, String] = Map.empty,
+      quietMs: Option[Long] = None,
+      progress: String => Unit = _ => ()) {
+    def quiet: Long = quietMs.getOrElse(retainMs + 2000)
+    def namespaces(phase: String): Seq[String] = (0 until scopes).map(i => s"$namespacePrefix$phase-$i")
+    def decoys: Int = 4 * scopes
+  }
+
+  final case class PodRef(namespace: String, name: String)
+
+  final case class Workload(drivers: Seq[PodRef], decoys: Seq[PodRef], deadlines: Map[PodRef, Long]) {
+    def ++(o: Workload): Workload = Workload(drivers ++ o.drivers, decoys ++ o.decoys, deadlines ++ o.deadlines)
+  }
+
+  /** A moment of the podsweep phase worth marking on the timeline. */
+  final case class Mark(atMillis: Long, label: String)
+
+  /**
+   * The planned failover: `stopped` led `scope` and was closed between `stopAtMillis` and
+   * `closedAtMillis`; `successors` holds, for every scope `stopped` led, who led it next, from
+   * when (first poll that saw it) and when that server's first DELETE in the scope reached the mock.
+   */
+  final case class Failover(
+      scope: String,
+      stopped: String,
+      how: String,
+      stopAtMillis: Long,
+      closedAtMillis: Long,
+      successors: Seq[Successor]) {
+    def main: Option[Successor] = successors.find(_.scope == scope)
+  }
+
+  final case class Successor(scope: String, server: Option[String], leadingAtMillis: Option[Long], firstDeleteAtMillis: Option[Long])
+
+  final case class PhaseResult(
+      label: String,
+      pods: Int,
+      deletes: Seq[Recorded],
+      byServer: Map[String, Int],
+      leaked: Int,
+      wrongful: Int,
+      decoysMissing: Int,
+      loudLines: Int,
+      seconds: Double,
+      leaders: Map[String, String] = Map.empty,
+      outcomes: Map[String, Long] = Map.empty,
+      injected: Map[String, Int] = Map.empty,
+      scopes: Seq[String] = Nil,
+      servers: Seq[String] = Nil,
+      startMillis: Long = 0L,
+      endMillis: Long = 0L,
+      samples: Seq[LeaderSample] = Nil,
+      marks: Seq[Mark] = Nil,
+      failover: Option[Failover] = None) {
+    def requests: Int = deletes.size
+    def perPod: Double = requests.toDouble / pods
+    /** DELETEs that reached the CRUD store (not answered by an injected fault). */
+    def stored: Seq[Recorded] = deletes.filter(_.injected.isEmpty)
+    /** Pods that reached the store more than once. */
+    def duplicates: Int = stored.groupBy(_.pod).count(_._2.size > 1)
+    def code(c: Int): Int = deletes.count(_.status == c)
+    def otherCodes: Int = deletes.count(d => d.status != 200 && d.status != 404)
+  }
+
+  private val DeadlineMs = 90000L
+
+  val OutcomeClasses: Seq[String] =
+    Seq("accepted", "throttled", "server_error", "transport", "forbidden", "already_absent", "replaced", "other")
+
+  /** Runs `f` over `items` on a few threads (the mock API server answers one request slowly). */
+  private def parallel[A, B](items: Seq[A], threads: Int = 6)(f: A => B): Seq[B] = {
+    val pool = java.util.concurrent.Executors.newFixedThreadPool(threads)
+    try {
+      val futures = items.map(i => pool.submit(new java.util.concurrent.Callable[B] { override def call(): B = f(i) }))
+      futures.map(_.get())
+    } finally pool.shutdownNow()
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Workload
+
+  /** Creates P running driver pods and the decoys (running drivers; a pod without spark-app-selector). */
+  private def createPods(admin: KubernetesClient, nss: Seq[String], s: Spec): (Seq[(PodRef, Pod)], Seq[(PodRef, Pod)]) = {
+    def create(ns: String, pod: Pod): (PodRef, Pod) =
+      PodRef(ns, pod.getMetadata.getName) -> admin.pods().inNamespace(ns).resource(pod).create()
+    val drivers = parallel(0 until s.pods)(i => create(nss(i % nss.size), KyuubiPods.driver(f"spark-driver-$i%04d")))
+    val decoys = parallel(nss.flatMap(ns => Seq(
+      ns -> KyuubiPods.driver("decoy-running-a"),
+      ns -> KyuubiPods.driver("decoy-running-b"),
+      ns -> KyuubiPods.driver("decoy-pending", phase = "Pending"),
+      ns -> KyuubiPods.driver("decoy-no-selector", appSelector = false))))(p => create(p._1, p._2))
+    (drivers, decoys)
+  }
+
+  private def end(admin: KubernetesClient, ref: PodRef, pod: Pod, succeeded: Boolean): Long = {
+    // Kubernetes reports whole seconds.
+    val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
+    admin.pods().inNamespace(ref.namespace).resource(KyuubiPods.terminated(pod, succeeded, at)).updateStatus()
+    at.toEpochMilli
+  }
+
+  /** Terminates the drivers (Succeeded, every third Failed) and the decoys' no-selector pod, now. */
+  private def terminate(
+      admin: KubernetesClient,
+      drivers: Seq[(PodRef, Pod)],
+      decoys: Seq[(PodRef, Pod)],
+      retainMs: Long): Workload = {
+    val deadlines = parallel(drivers.zipWithIndex) { case ((ref, pod), i) =>
+      ref -> (end(admin, ref, pod, i % 3 != 2) + retainMs)
+    }
+    decoys.filter(_._1.name == "decoy-no-selector").foreach { case (ref, pod) => end(admin, ref, pod, succeeded = true) }
+    Workload(drivers.map(_._1), decoys.map(_._1), deadlines.toMap)
+  }
+
+  private def present(admin: KubernetesClient, nss: Seq[String]): Set[PodRef] =
+    nss.flatMap(ns => admin.pods().inNamespace(ns).list().getItems.asScala.map(p => PodRef(ns, p.getMetadata.getName))).toSet
+
+  private def deletesIn(kube: MockKube, nss: Seq[String]): Seq[Recorded] =
+    kube.podDeletes().filter(_.pod.exists(p => nss.contains(p._1)))
+
+  /** Waits until `done` holds and then until no DELETE arrived for `quietMs`. */
+  private def settle(kube: MockKube, nss: Seq[String], quietMs: Long)(done: => Boolean): Unit = {
+    val deadline = System.currentTimeMillis() + DeadlineMs
+    while (!done && System.currentTimeMillis() < deadline) Thread.sleep(100)
+    var last = deletesIn(kube, nss).size
+    var quietSince = System.currentTimeMillis()
+    while (System.currentTimeMillis() - quietSince < quietMs && System.currentTimeMillis() < deadline) {
+      Thread.sleep(100)
+      val now = deletesIn(kube, nss).size
+      if (now != last) { last = now; quietSince = System.currentTimeMillis() }
+    }
+  }
+
+  private def judge(
+      label: String,
+      s: Spec,
+      kube: MockKube,
+      admin: KubernetesClient,
+      nss: Seq[String],
+      w: Workload,
+      loudLines: Int,
+      startedAt: Long): PhaseResult = {
+    val deletes = deletesIn(kube, nss)
+    val decoySet = w.decoys.toSet
+    val wrongful = deletes.count { d =>
+      val ref = d.pod.map { case (ns, n) => PodRef(ns, n) }.get
+      decoySet(ref) || w.deadlines.get(ref).exists(d.atMillis < _)
+    }
+    val left = present(admin, nss)
+    PhaseResult(
+      label = label,
+      pods = s.pods,
+      deletes = deletes,
+      byServer = deletes.groupBy(_.bearer.getOrElse("?")).map { case (k, v) => k -> v.size },
+      leaked = w.drivers.count(left),
+      wrongful = wrongful,
+      decoysMissing = w.decoys.count(d => !left(d)),
+      loudLines = loudLines,
+      seconds = (System.currentTimeMillis() - startedAt) / 1000.0,
+      scopes = nss,
+      servers = (1 to s.servers).map(i => s"server-$i"))
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Phase 1: today's Kyuubi on N servers
+
+  def baseline(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+    val nss = s.namespaces("baseline")
+    s.progress(s"phase 1 (baseline): ${s.servers} Kyuubi servers, each deleting on its own")
+    val servers = (1 to s.servers).map(i =>
+      new BaselineKyuubiServer(s"server-$i", kube, s.retainMs, checkIntervalMillis = 1000L))
+    try {
+      servers.foreach(b => nss.foreach(b.watch))
+      val (drivers, decoys) = createPods(admin, nss, s)
+      val startedAt = System.currentTimeMillis()
+      val w = terminate(admin, drivers, decoys, s.retainMs)
+      s.progress(s"phase 1: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
+      settle(kube, nss, quietMs = s.quiet) {
+        val left = present(admin, nss)
+        !w.drivers.exists(left) && servers.forall(_.pending == 0)
+      }
+      servers.foreach(_.close())
+      judge("baseline (Kyuubi today)", s, kube, admin, nss, w, servers.map(_.failedLines.get).sum, startedAt)
+    } finally servers.foreach(b => scala.util.Try(b.close()))
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Phase 2: podsweep on N servers, one leader per scope through ZooKeeper or etcd
+
+  def podsweep(s: Spec, kube: MockKube, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
+    val nss = s.namespaces("podsweep")
+    s.progress(s"phase 2 (podsweep): ${s.servers} servers, leader per scope elected through ${ha.name}" +
+      (if (s.faults) ", DELETE faults injected" else "") + (if (s.failover) ", failover of the first scope's leader" else ""))
+    val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
+    // Faults: 403s are retried every 2 s (not 1 min) and backoffs capped at 2 s, so the run ends soon.
+    val faultConf = if (!s.faults) Map.empty[String, String] else Map(
+      P + "forbidden.retryInterval" -> "PT2S",
+      P + "retry.maxWait" -> "PT2S",
+      P + "rateLimit.qps" -> "50",
+      P + "rateLimit.burst" -> "50")
+    val logs = new LogCapture
+    val phaseStart = System.currentTimeMillis()
+    val servers = (1 to s.servers).map { i =>
+      val conf = Map(
+        "kyuubi.kubernetes.master.address" -> kube.url,
+        "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
+        "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> s.retainMs.toString,
+        "kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf ++ s.sweeperConf
+      new LogicalServer(s"server-$i", kube, conf)
+    }
+    val sampler = new LeadershipSampler(servers, nss, periodMs = 100)
+    try {
+      servers.foreach(l => nss.foreach(l.watch))
+      val (drivers, decoys) = createPods(admin, nss, s)
+      // Elections start with a scope's first driver pod.
+      val electBy = System.currentTimeMillis() + 30000
+      def leaders: Map[String, Seq[String]] = nss.map(ns => ns -> servers.filter(_.isLeader(ns)).map(_.name)).toMap
+      while (!leaders.values.forall(_.size == 1) && System.currentTimeMillis() < electBy) Thread.sleep(50)
+      val elected = leaders.map { case (ns, l) => ns -> l.mkString(",") }
+      s.progress(s"phase 2: leaders ${elected.toSeq.sorted.map { case (ns, l) => s"$ns -> $l" }.mkString(", ")}")
+      val faults = if (s.faults) Some(new DeleteFaults(namespaces = nss.contains)) else None
+      faults.foreach(kube.injectDeleteFaults)
+      val startedAt = System.currentTimeMillis()
+      var marks = Vector.empty[Mark]
+      var failover: Option[Failover] = None
+      // Outcome counts of a server closed mid-phase, taken just before its close.
+      var closedOutcomes = Map.empty[String, Long]
+      val w = try {
+        val w = if (!s.failover) {
+          val w = terminate(admin, drivers, decoys, s.retainMs)
+          marks :+= Mark(startedAt, s"${drivers.size} pods terminated")
+          s.progress(s"phase 2: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
+          w
+        } else {
+          val (wave1, wave2) = drivers.splitAt(drivers.size / 2)
+          val w1 = terminate(admin, wave1, decoys, s.retainMs)
+          marks :+= Mark(startedAt, s"wave 1: ${wave1.size} pods terminated")
+          s.progress(s"phase 2: wave 1, ${wave1.size} driver pods terminated")
+          // Stop the first scope's leader once it has cleaned half of its share of wave 1.
+          val scope = nss.head
+          val share = w1.drivers.count(_.namespace == scope)
+          val waitBy = System.currentTimeMillis() + DeadlineMs
+          while (deletesIn(kube, Seq(scope)).size < (share + 1) / 2 && System.currentTimeMillis() < waitBy) Thread.sleep(20)
+          val led = servers.filter(l => nss.exists(l.isLeader))
+          val victim = servers.find(_.isLeader(scope)).getOrElse(servers.head)
+          val itsScopes = nss.filter(victim.isLeader)
+          closedOutcomes = OutcomeClasses.map(c => c -> nss.map(ns => victim.status(ns).outcome(c)).sum).toMap
+          sampler.markStopped(victim.name)
+          val stopAt = System.currentTimeMillis()
+          victim.close()
+          val closedAt = System.currentTimeMillis()
+          // Who leads each scope the stopped server led, as soon as it does (polled every 2 ms).
+          val others = servers.filterNot(_ eq victim)
+          val pollBy = System.currentTimeMillis() + 60000
+          var taken = Map.empty[String, (String, Long)]
+          while (taken.size < itsScopes.size && others.nonEmpty && System.currentTimeMillis() < pollBy) {
+            itsScopes.filterNot(taken.contains).foreach { ns =>
+              others.find(_.isLeader(ns)).foreach(o => taken += ns -> (o.name -> System.currentTimeMillis()))
+            }
+            if (taken.size < itsScopes.size) Thread.sleep(2)
+          }
+          s.progress(s"phase 2: ${victim.name} (leader of ${itsScopes.mkString(", ")}) closed in ${closedAt - stopAt} ms; " +
+            taken.toSeq.sorted.map { case (ns, (o, at)) => s"$ns -> ${o} after ${at - stopAt} ms" }.mkString(", ") +
+            s" (leaders before: ${led.map(_.name).mkString(", ")})")
+          failover = Some(Failover(scope, victim.name, "graceful close()", stopAt, closedAt,
+            itsScopes.map(ns => Successor(ns, taken.get(ns).map(_._1), taken.get(ns).map(_._2), None))))
+          marks :+= Mark(stopAt, s"${victim.name} closed")
+          Thread.sleep(1000)
+          val wave2At = System.currentTimeMillis()
+          val w2 = terminate(admin, wave2, Nil, s.retainMs)
+          marks :+= Mark(wave2At, s"wave 2: ${wave2.size} pods terminated")
+          s.progress(s"phase 2: wave 2, ${wave2.size} driver pods terminated; waiting for the retain period and cleanup")
+          w1 ++ w2
+        }
+        settle(kube, nss, quietMs = s.quiet) {
+          val left = present(admin, nss)
+          !w.drivers.exists(left)
+        }
+        w
+      } finally kube.clearDeleteFaults()
+      val live = servers.filterNot(l => failover.exists(_.stopped == l.name))
+      val outcomes = OutcomeClasses.map(c =>
+        c -> (live.flatMap(l => nss.map(ns => l.status(ns).outcome(c))).sum + closedOutcomes.getOrElse(c, 0L))).toMap
+      val loud = logs.records.count(_.warnOrError)
+      explainLeaks(s, admin, nss, w, servers, live)
+      val errors = servers.flatMap(_.errors.asScala)
+      if (errors.nonEmpty) s.progress(s"observe threw: ${errors.take(3).mkString("; ")}")
+      sampler.close()
+      servers.foreach(l => scala.util.Try(l.close()))
+      val endMillis = System.currentTimeMillis()
+      val r = judge(s"podsweep (${ha.name} leader)", s, kube, admin, nss, w, loud, startedAt)
+      // The successors' first DELETEs, now that every request is recorded.
+      val fo = failover.map(f => f.copy(successors = f.successors.map { x =>
+        val first = r.deletes.filter(d => d.pod.exists(_._1 == x.scope) && d.bearer == x.server && d.atMillis >= f.stopAtMillis)
+        x.copy(firstDeleteAtMillis = if (first.isEmpty) None else Some(first.map(_.atMillis).min))
+      }))
+      r.copy(leaders = elected, outcomes = outcomes, injected = faults.map(_.injected).getOrElse(Map.empty),
+        startMillis = phaseStart, endMillis = endMillis, samples = sampler.samples, marks = marks, failover = fo)
+    } finally {
+      sampler.close()
+      servers.foreach(l => scala.util.Try(l.close()))
+      logs.close()
+    }
+  }
+
+  /** For pods that should be gone but are not: what the API server has and what each server saw. */
+  private def explainLeaks(
+      s: Spec,
+      admin: KubernetesClient,
+      nss: Seq[String],
+      w: Workload,
+      servers: Seq[LogicalServer],
+      live: Seq[LogicalServer]): Unit = {
+    val left = present(admin, nss)
+    val leaked = w.drivers.filter(left)
+    if (leaked.nonEmpty) {
+      s.progress(s"${leaked.size} terminated driver pods were not deleted:")
+      leaked.take(10).foreach { ref =>
+        val pod = admin.pods().inNamespace(ref.namespace).withName(ref.name).get()
+        s.progress(s"  ${ref.namespace}/${ref.name} uid=${pod.getMetadata.getUid} phase=${pod.getStatus.getPhase} " +
+          s"terminatedAt=${KyuubiPods.terminatedAtMillis(pod)} rv=${pod.getMetadata.getResourceVersion}")
+        servers.foreach { l =>
+          val seen = l.observed.asScala.filter(o => o.namespace == ref.namespace && o.pod == ref.name)
+            .map(o => s"${o.event}/${o.state}/${o.terminatedAt}").mkString(" ")
+          s.progress(s"    ${l.name} observed: $seen")
+        }
+      }
+      nss.foreach(ns => live.foreach(l => s.progress(s"  ${l.name} $ns: ${l.status(ns).json}")))
+    }
+  }
+}
