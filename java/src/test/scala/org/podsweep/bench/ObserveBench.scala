@@ -31,7 +31,10 @@ object ObserveBench {
     else Setup(forks = 1, warmups = 3, warmupMs = 1000, iterations = 5, iterationMs = 1000)
     val report = Files.createTempFile("podsweep-observe-", ".txt")
     try {
-      val jvmArgs = Seq(s"-D${ObserveJmh.REPORT_PROPERTY}=$report") ++
+      val loadBefore = java.lang.management.ManagementFactory.getOperatingSystemMXBean.getSystemLoadAverage
+      // slf4j-simple, as in this JVM (logback is on the test class path for another suite's probe).
+      val jvmArgs = Seq(s"-D${ObserveJmh.REPORT_PROPERTY}=$report",
+        "-Dslf4j.provider=org.slf4j.simple.SimpleServiceProvider") ++
         Option(System.getProperty("org.slf4j.simpleLogger.logFile")).map(f => s"-Dorg.slf4j.simpleLogger.logFile=$f")
       val options = new OptionsBuilder()
         .include("^" + java.util.regex.Pattern.quote(classOf[ObserveJmh].getName) + "\\.")
@@ -52,10 +55,13 @@ object ObserveBench {
 
       def of(method: String): RunResult = results.find(_.getParams.getBenchmark.endsWith(s".$method"))
         .getOrElse(sys.error(s"JMH returned no result for $method (got ${results.map(_.getParams.getBenchmark)})"))
-      val observe = of("podsweepObserve").getPrimaryResult
-      val put = of("guavaCachePut").getPrimaryResult
-      require(observe.getScoreUnit == "ns/op" && put.getScoreUnit == "ns/op",
-        s"unexpected units ${observe.getScoreUnit}, ${put.getScoreUnit}")
+      // (score, 99.9% error, unit); no val of the result itself (an existential type in Scala).
+      def score(method: String): (Double, Double, String) =
+        (of(method).getPrimaryResult.getScore, of(method).getPrimaryResult.getScoreError,
+          of(method).getPrimaryResult.getScoreUnit)
+      val observe = score("podsweepObserve")
+      val put = score("guavaCachePut")
+      require(observe._3 == "ns/op" && put._3 == "ns/op", s"unexpected units ${observe._3}, ${put._3}")
 
       // One line per sweeper trial (one per fork): connections=<n> deletes_sent=<n> tracked=<n> ...
       val checks = Files.readAllLines(report, StandardCharsets.UTF_8).asScala.map(_.trim).filter(_.nonEmpty)
@@ -65,14 +71,14 @@ object ObserveBench {
 
       def ci(score: Double, error: Double): Any = if (error.isNaN) None else Seq(score - error, score + error)
       BenchOut.line("observe",
-        "podsweep_observe_ns_per_op" -> observe.getScore,
-        "podsweep_observe_ops_per_s" -> 1e9 / observe.getScore,
-        "guava_cache_put_ns_per_op" -> put.getScore,
-        "guava_cache_put_ops_per_s" -> 1e9 / put.getScore,
-        "ratio_observe_to_put" -> observe.getScore / put.getScore,
+        "podsweep_observe_ns_per_op" -> observe._1,
+        "podsweep_observe_ops_per_s" -> 1e9 / observe._1,
+        "guava_cache_put_ns_per_op" -> put._1,
+        "guava_cache_put_ops_per_s" -> 1e9 / put._1,
+        "ratio_observe_to_put" -> observe._1 / put._1,
         "ci99_9_ns_per_op" -> Map(
-          "podsweep_observe" -> ci(observe.getScore, observe.getScoreError),
-          "guava_cache_put" -> ci(put.getScore, put.getScoreError)),
+          "podsweep_observe" -> ci(observe._1, observe._2),
+          "guava_cache_put" -> ci(put._1, put._2)),
         "facts" -> ObserveJmh.FACTS,
         "threads" -> 1,
         "retain_ms" -> ObserveJmh.RETAIN_MS,
@@ -83,12 +89,16 @@ object ObserveBench {
           "tracked_at_end" -> checks.last.getOrElse("tracked", -1L),
           "observe_calls" -> sum("observed")),
         "jmh" -> Map(
-          "version" -> classOf[Runner].getPackage.getImplementationVersion,
+          "version" -> org.openjdk.jmh.util.Version.getPlainVersion,
           "mode" -> "avgt (ops/s = 1e9 / ns per op)",
           "forks" -> setup.forks,
           "warmup" -> setup.warmup,
           "measurement" -> setup.measurement,
-          "jvm" -> s"${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}"))
+          "jvm" -> s"${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}"),
+        "machine" -> Map(
+          "cores" -> Runtime.getRuntime.availableProcessors,
+          "load_average_1m_before" -> loadBefore,
+          "load_average_1m_after" -> java.lang.management.ManagementFactory.getOperatingSystemMXBean.getSystemLoadAverage))
     } finally Files.deleteIfExists(report)
   }
 }
