@@ -8,6 +8,7 @@ import java.util.UUID
 import java.util.concurrent.{LinkedBlockingQueue, TimeUnit}
 
 import scala.collection.JavaConverters._
+import scala.collection.immutable.ListMap
 import scala.util.Try
 
 import io.fabric8.kubernetes.api.model.Pod
@@ -98,13 +99,13 @@ object FailoverBench {
             (if (m.group(2) == "s") v * 1000 else v).round
           })
       }.distinct
-      new Backend(name, conf, () => Map(
+      new Backend(name, conf, () => ListMap(
         "session_timeout_ms_requested" -> ZkSessionMs,
         "server_tick_ms" -> ZkTickMs,
         "server_session_timeout_bounds_ms" -> Seq(2 * ZkTickMs, 20 * ZkTickMs),
         "session_timeout_ms_negotiated" -> negotiated,
         "connection_timeout_ms" -> ZkConnectionMs,
-        "server" -> "Curator TestingServer (ZooKeeper 3.x, in this JVM)"
+        "server" -> s"Curator TestingServer, ZooKeeper ${org.apache.zookeeper.Version.getFullVersion.takeWhile(_ != '-').trim} (in the bench JVM)"
       ), () => zk.close())
     case "etcd" =>
       val etcd = new EtcdServer()
@@ -114,7 +115,7 @@ object FailoverBench {
         p.waitFor(10, TimeUnit.SECONDS)
         v.trim
       }.getOrElse("unknown")
-      new Backend(name, etcd.kyuubiConf(EtcdLease), () => Map(
+      new Backend(name, etcd.kyuubiConf(EtcdLease), () => ListMap(
         "lease_timeout" -> EtcdLease,
         "lease_ttl_ms" -> java.time.Duration.parse(EtcdLease).toMillis,
         "server" -> s"${EtcdServer.defaultBinary} ($version), heartbeat 50 ms, election timeout 500 ms"
@@ -204,7 +205,7 @@ object FailoverBench {
     }
   }
 
-  private def stats(xs: Seq[Double]): Map[String, Any] = Map(
+  private def stats(xs: Seq[Double]): ListMap[String, Any] = ListMap(
     "median_ms" -> BenchOut.median(xs),
     "min_ms" -> (if (xs.isEmpty) Double.NaN else xs.min),
     "max_ms" -> (if (xs.isEmpty) Double.NaN else xs.max),
@@ -220,14 +221,14 @@ object FailoverBench {
       "timeouts" -> backend.timeouts(),
       "sigkill_to_first_delete" -> stats(killed.map(_.toFirstDeleteMs.toDouble)),
       "graceful_close_to_first_delete" -> stats(closed.map(_.toFirstDeleteMs.toDouble)),
-      "successor_leading_after_ms" -> Map(
+      "successor_leading_after_ms" -> ListMap(
         "sigkill_median" -> BenchOut.median(killed.map(_.toSuccessorLeadingMs)),
         "graceful_close_median" -> BenchOut.median(closed.map(_.toSuccessorLeadingMs))),
       "leader_close_call_ms_median" -> BenchOut.median(closed.flatMap(_.leaderCloseMs)),
-      "leader_exit_status" -> Map(
+      "leader_exit_status" -> ListMap(
         "sigkill" -> killed.map(_.leaderExit).distinct,
         "graceful_close" -> closed.map(_.leaderExit).distinct),
-      "deletes" -> Map(
+      "deletes" -> ListMap(
         "by_old_leader" -> outcomes.map(_.leaderDeletes).sum,
         "of_overdue_pod_by_successor_per_run" -> outcomes.map(_.successorOrphanDeletes).distinct,
         "of_running_pod" -> outcomes.map(_.runningPodDeletes).sum,

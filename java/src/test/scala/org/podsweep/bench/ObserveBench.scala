@@ -5,6 +5,7 @@ import java.nio.file.Files
 import java.util.concurrent.TimeUnit
 
 import scala.collection.JavaConverters._
+import scala.collection.immutable.ListMap
 
 import org.openjdk.jmh.annotations.Mode
 import org.openjdk.jmh.results.RunResult
@@ -16,9 +17,10 @@ import org.podsweep.bench.jmh.ObserveJmh
 /**
  * `observe`: JMH, one thread, `PodSweeper.observe` through JNI next to the Guava `Cache.put` Kyuubi
  * does today on its informer thread, over the same 65,536 terminated-pod facts in one JMH run
- * ([[ObserveJmh]]). JMH's own report goes to stderr; one JSON line with ns/op, ops/s (1e9 / ns/op,
- * from the same average-time measurement) and the ratio observe / put goes to stdout, with the
- * sweeper's check that it made no API-server connection and sent no DELETE.
+ * ([[ObserveJmh]]), and the same call for running pods (JNI alone). JMH's own report goes to
+ * stderr; one JSON line with ns/op, ops/s (1e9 / ns/op, from the same average-time measurement)
+ * and the ratio observe / put goes to stdout, with the sweeper's check that it made no API-server
+ * connection and sent no DELETE.
  */
 object ObserveBench {
   private final case class Setup(forks: Int, warmups: Int, warmupMs: Long, iterations: Int, iterationMs: Long) {
@@ -61,6 +63,7 @@ object ObserveBench {
           of(method).getPrimaryResult.getScoreUnit)
       val observe = score("podsweepObserve")
       val put = score("guavaCachePut")
+      val running = score("podsweepObserveRunning")
       require(observe._3 == "ns/op" && put._3 == "ns/op", s"unexpected units ${observe._3}, ${put._3}")
 
       // One line per sweeper trial (one per fork): connections=<n> deletes_sent=<n> tracked=<n> ...
@@ -76,26 +79,31 @@ object ObserveBench {
         "guava_cache_put_ns_per_op" -> put._1,
         "guava_cache_put_ops_per_s" -> 1e9 / put._1,
         "ratio_observe_to_put" -> observe._1 / put._1,
-        "ci99_9_ns_per_op" -> Map(
+        "podsweep_observe_running_pod_ns_per_op" -> running._1,
+        "ci99_9_ns_per_op" -> ListMap(
           "podsweep_observe" -> ci(observe._1, observe._2),
-          "guava_cache_put" -> ci(put._1, put._2)),
+          "guava_cache_put" -> ci(put._1, put._2),
+          "podsweep_observe_running_pod" -> ci(running._1, running._2)),
+        "notes" -> ("observe: UPDATE of a terminated driver pod (tracked, handed to the scope's task); " +
+          "observe_running_pod: the same call for a running pod (JNI and argument conversion only, nothing handed on); " +
+          "put: Guava Cache<String,String> with expireAfterWrite = retain and a removal listener"),
         "facts" -> ObserveJmh.FACTS,
         "threads" -> 1,
         "retain_ms" -> ObserveJmh.RETAIN_MS,
-        "sweeper" -> Map(
+        "sweeper" -> ListMap(
           "mode" -> "local (no HA keys)",
           "api_server_connections" -> sum("connections"),
           "deletes_sent" -> sum("deletes_sent"),
-          "tracked_at_end" -> checks.last.getOrElse("tracked", -1L),
+          "tracked_at_end_max" -> checks.map(_.getOrElse("tracked", 0L)).max,
           "observe_calls" -> sum("observed")),
-        "jmh" -> Map(
+        "jmh" -> ListMap(
           "version" -> org.openjdk.jmh.util.Version.getPlainVersion,
           "mode" -> "avgt (ops/s = 1e9 / ns per op)",
           "forks" -> setup.forks,
           "warmup" -> setup.warmup,
           "measurement" -> setup.measurement,
           "jvm" -> s"${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}"),
-        "machine" -> Map(
+        "machine" -> ListMap(
           "cores" -> Runtime.getRuntime.availableProcessors,
           "load_average_1m_before" -> loadBefore,
           "load_average_1m_after" -> java.lang.management.ManagementFactory.getOperatingSystemMXBean.getSystemLoadAverage))

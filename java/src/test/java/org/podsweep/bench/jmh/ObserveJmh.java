@@ -35,7 +35,9 @@ import org.podsweep.ScopeStatus;
  * What an informer thread pays per pod event: {@code PodSweeper.observe} through JNI, next to the
  * Guava {@code Cache.put} Kyuubi does today for the same fact (expire-after-write = retain period,
  * a removal listener). Both cycle over the same {@link #FACTS} distinct terminated driver pods, one
- * thread. Run by {@code org.podsweep.bench.ObserveBench}.
+ * thread. Run by {@code org.podsweep.bench.ObserveBench}. {@link #podsweepObserveRunning} is the
+ * same call for running pods, which the engine does not pass on to a scope task: what JNI and the
+ * argument conversion cost alone.
  *
  * <p>The sweeper runs in local mode (no HA keys) with a one-day retain period on pods that
  * terminated a minute ago, so nothing falls due; its API server address is a loopback socket that
@@ -158,6 +160,19 @@ public class ObserveJmh {
     s.calls++;
     s.sweeper.observe(null, NAMESPACE, PodEvent.UPDATE, f.tags[i], f.names[i], f.uids[i], f.states[i],
         true, f.terminatedAt[i], false);
+  }
+
+  /**
+   * The same call for a pod that is still running: JNI and argument conversion only, since the
+   * engine hands only terminated or deleted pods on to the scope's task.
+   */
+  @Benchmark
+  public void podsweepObserveRunning(Facts f, Sweeper s) {
+    int i = s.next;
+    s.next = (i + 1) & (FACTS - 1);
+    s.calls++;
+    s.sweeper.observe(null, NAMESPACE, PodEvent.UPDATE, f.tags[i], f.names[i], f.uids[i], "RUNNING",
+        true, 0L, false);
   }
 
   @Benchmark
