@@ -49,7 +49,7 @@ import org.podsweep.ScopeStatus;
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
 @Threads(1)
 public class ObserveJmh {
-  /** Distinct pod facts cycled over (a power of two). */
+  /** Distinct pod facts the benchmarks cycle over (a power of two). */
   public static final int FACTS = 65536;
 
   /** System property: file the sweeper trial appends its no-HTTP check line to. */
