@@ -12,6 +12,7 @@ val repoRoot = settingKey[File]("root of the podsweep repository")
 val nativeLibrary = settingKey[File]("the libpodsweep.so to ship")
 val nativeResource = "native/linux/x86_64/libpodsweep.so"
 val platformClassifier = "linux-x86_64"
+val jmhClean = taskKey[Unit]("removes JMH's generated benchmark code before its sources are recompiled")
 
 // The crate version is the single source of truth for the artifact version.
 def crateVersion(root: File): String = {
@@ -24,6 +25,7 @@ def crateVersion(root: File): String = {
 val slf4jVersion = "1.7.36"
 val fabric8Version = "6.14.0"
 val curatorVersion = "5.7.1"
+val jmhVersion = "1.37"
 
 lazy val root = (project in file("."))
   .settings(
@@ -54,7 +56,12 @@ lazy val root = (project in file("."))
       "io.fabric8" % "kubernetes-client-api" % fabric8Version % Provided,
       // Only for Slf4jRoutingSuite's forked JVM (slf4j-simple stays this JVM's provider); 1.3.x is
       // the Java 8 line that is an SLF4J 2 provider (the 1.2.x binding is ignored by slf4j-api 2.x).
-      "ch.qos.logback" % "logback-classic" % "1.3.15" % Test
+      "ch.qos.logback" % "logback-classic" % "1.3.15" % Test,
+      // The observe bench (bench.jmh): JMH's runner, and its annotation processor, which javac finds
+      // on the test class path and which writes the generated benchmark classes and
+      // META-INF/BenchmarkList next to the compiled test classes.
+      "org.openjdk.jmh" % "jmh-core" % jmhVersion % Test,
+      "org.openjdk.jmh" % "jmh-generator-annprocess" % jmhVersion % Test
     ),
     nativeLibrary := sys.env.get("PODSWEEP_NATIVE_LIB").filter(_.nonEmpty).map(file)
       .getOrElse(repoRoot.value / "target" / "x86_64-unknown-linux-gnu" / "release" / "libpodsweep.so"),
@@ -98,6 +105,31 @@ lazy val root = (project in file("."))
       "-Dzookeeper.admin.enableServer=false"
     ),
     Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oDS"),
+    // JMH's annotation processor runs in javac over the Java test sources, with the main code's
+    // javac options but without -Werror: when zinc recompiles a bench.jmh source that did not
+    // change (new javac options, a changed class it uses), the processor finds its previous output
+    // on the class path, warns and keeps it, which is then still correct. Generated sources go to
+    // their own directory (not the class directory, which is on javac's class path). When the
+    // bench.jmh sources change (content hash), the previous generated sources, META-INF/BenchmarkList
+    // and every class of the bench.jmh package are removed before compiling: zinc recompiles sources
+    // whose classes are gone, so the processor runs afresh and nothing stale survives.
+    Test / compile / javacOptions := (Compile / compile / javacOptions).value.filterNot(_ == "-Werror") ++
+      Seq("-s", ((Test / sourceManaged).value / "jmh").getAbsolutePath),
+    jmhClean := {
+      val generated = (Test / sourceManaged).value / "jmh"
+      val classes = (Test / classDirectory).value
+      val stamp = target.value / "jmh-sources.hash"
+      val sources = ((Test / javaSource).value ** "*.java").get
+        .filter(_.getPath.contains(s"${java.io.File.separator}jmh${java.io.File.separator}"))
+        .sortBy(_.getPath)
+      val hash = Hash.toHex(Hash(sources.map(f => f.getPath + "\n" + IO.read(f)).mkString("\n")))
+      if (!stamp.isFile || IO.read(stamp) != hash) {
+        IO.delete(Seq(generated, classes / "META-INF" / "BenchmarkList", classes / "org" / "podsweep" / "bench" / "jmh"))
+        IO.write(stamp, hash)
+      }
+      IO.createDirectory(generated)
+    },
+    Test / compile := (Test / compile).dependsOn(jmhClean).value,
     Test / run / fork := true,
     Test / run / connectInput := false,
     Test / run / outputStrategy := Some(StdoutOutput)
