@@ -18,11 +18,20 @@ use crate::scope::Scope;
 /// How long `close` waits for leadership to be released.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A `String` argument of a native method (or an element of a `String[]` one), `None` for null.
+///
+/// `get_string` would first check that the object is a `java.lang.String` (`FindClass`,
+/// `GetObjectClass` and `IsAssignableFrom` for every string: observe() reads six); here the JVM
+/// has already checked it.
 fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
     if s.is_null() {
         return Ok(None);
     }
-    Ok(Some(env.get_string(s)?.into()))
+    // SAFETY: every JString this module reads is a parameter the Java side declares as `String`
+    // (NativeBridge's native methods) or an element of a `String[]` parameter, so the JVM's type
+    // checks (at the call and at every array store) guarantee a java.lang.String instance.
+    let js = unsafe { env.get_string_unchecked(s)? };
+    Ok(Some(js.into()))
 }
 
 fn req_string(env: &mut JNIEnv<'_>, s: &JString<'_>, name: &str) -> Result<String, Failure> {
