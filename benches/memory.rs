@@ -374,7 +374,7 @@ fn child(n: usize) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         sent += 1;
         // Keep the backlog in the engine's queue bounded, as an informer's pace would.
-        if sent % 8192 == 0 {
+        if sent.is_multiple_of(8192) {
             while sent as u64 - field(&status(&engine, &scope), "observed") > 65_536 {
                 std::thread::sleep(Duration::from_micros(500));
             }
