@@ -16,6 +16,9 @@
 //!    (status `leader` = 1, then a duplicate observation sent after that has been processed, so the
 //!    handler has returned). Kubernetes API calls = DELETEs that reached the recorder (expected 0:
 //!    nothing is due, and the reconcile works from memory). Live heap delta / N while leading.
+//!    Followers arm their timers too (the sweeper inserts every new record into its deadline queue
+//!    whatever the leadership), so both figures come out the same; a takeover allocates nothing
+//!    per pod.
 //! 4. Where the bytes go: a standalone `Tracker` (the real type) fed the same N pods, and a model
 //!    of the sweeper's timer structures (`DelayQueue<Arc<str>>` + `HashMap<Arc<str>, Key>`).
 //!
