@@ -26,8 +26,9 @@
 //! so malloc's own headers and size-class rounding are not included (the RSS figures, from
 //! `/proc/self/status` VmRSS, are the cross-check that includes them).
 
-#[path = "../tests/common/recorder.rs"]
-mod recorder;
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -36,6 +37,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant, SystemTime};
 
+use common::recorder::{self, Recorder};
 use futures::future::BoxFuture;
 use podsweep::clock::Clock;
 use podsweep::config::{keys, CleanupKind, Settings};
@@ -44,7 +46,6 @@ use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
 use podsweep::tracker::Tracker;
-use recorder::Recorder;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{delay_queue, DelayQueue};
 
@@ -451,7 +452,7 @@ fn child(n: usize) -> Result<(), String> {
         p.tag.len() + p.pod_name.len() + p.pod_uid.len() + 16
     };
     let line = serde_json::json!({
-        "bench": "memory",
+
         "pods": n,
         "bytes_per_pod_following": per_pod(following, n),
         "bytes_per_pod_leading": per_pod(leading, n),
@@ -483,7 +484,7 @@ fn child(n: usize) -> Result<(), String> {
         "rss_delta_mb": mb(rss_leading - rss_base),
         "heap_bytes": "requested sizes via a counting global allocator; delta over the idle engine",
     });
-    println!("{line}");
+    common::bench::line("memory", line);
     Ok(())
 }
 
