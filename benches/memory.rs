@@ -452,7 +452,6 @@ fn child(n: usize) -> Result<(), String> {
         p.tag.len() + p.pod_name.len() + p.pod_uid.len() + 16
     };
     let line = serde_json::json!({
-
         "pods": n,
         "bytes_per_pod_following": per_pod(following, n),
         "bytes_per_pod_leading": per_pod(leading, n),
