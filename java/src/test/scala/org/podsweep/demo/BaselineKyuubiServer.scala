@@ -46,6 +46,8 @@ final class BaselineKyuubiServer(
   val deletedLines = new AtomicInteger()
   /** WARN "Failed to delete pod" lines (an empty delete result, i.e. a 404) plus ERROR lines. */
   val failedLines = new AtomicInteger()
+  /** `namespace/pod` -> wall-clock millis at which this server issued its first DELETE of that pod. */
+  val firstDeleteIssuedAt = new ConcurrentHashMap[String, java.lang.Long]()
 
   private val cache: Cache[String, String] = CacheBuilder.newBuilder()
     .expireAfterWrite(retainMillis, TimeUnit.MILLISECONDS)
@@ -92,6 +94,7 @@ final class BaselineKyuubiServer(
 
   private def deletePod(info: AppInfo): Unit = {
     deletesIssued.incrementAndGet()
+    firstDeleteIssuedAt.putIfAbsent(s"${info.namespace}/${info.podName}", System.currentTimeMillis())
     try {
       val result = client.pods().inNamespace(info.namespace).withName(info.podName).delete()
       if (result != null && !result.isEmpty) deletedLines.incrementAndGet()
@@ -132,9 +135,22 @@ final class BaselineKyuubiServer(
   /** Entries waiting in the cleanup cache (expired ones count until the next cleanUp). */
   def pending: Long = cache.size()
 
+  /** Pods in the `appInfoStore` (every Spark engine pod the informers reported, running or not). */
+  def tracked: Int = appInfoStore.size()
+
   override def close(): Unit = {
     informers.values().asScala.foreach(i => scala.util.Try(i.stop()))
     cache.invalidateAll()
+    trigger.shutdownNow()
+    client.close()
+  }
+
+  /**
+   * Stops without Kyuubi's stop-time `invalidateAll()` (which would DELETE every tracked pod at
+   * once): for benches that have measured what they need and only want the threads gone.
+   */
+  def discard(): Unit = {
+    informers.values().asScala.foreach(i => scala.util.Try(i.stop()))
     trigger.shutdownNow()
     client.close()
   }
