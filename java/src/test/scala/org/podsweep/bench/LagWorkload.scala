@@ -6,7 +6,7 @@ import java.util.concurrent.{Callable, Executors}
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{KyuubiPods, MockKube, Recorded}
+import org.podsweep.testkit.KyuubiPods
 
 /** One driver pod's termination as the workload reported it to the API server. */
 private[bench] final case class LagTermination(
@@ -23,19 +23,19 @@ private[bench] final case class LagTermination(
 }
 
 /**
- * The lag bench's workload in one namespace of a mock API server: `pods` running Spark driver
+ * The lag bench's workload in one namespace of a [[LagApiServer]]: `pods` running Spark driver
  * pods, then their terminations paced evenly over `spreadMs` (a status update whose driver
  * container `finishedAt` is the second the update is sent), so that deadlines fall within the
- * spread. Requests go out from a small thread pool, the mock answering each one slowly.
+ * spread. Requests go out from a small thread pool.
  */
 private[bench] final class LagWorkload(
-    kube: MockKube,
+    api: LagApiServer,
     val namespace: String,
     val pods: Int,
     val spreadMs: Long,
     val retainMs: Long,
     threads: Int = 8) extends AutoCloseable {
-  private val admin: KubernetesClient = kube.client("lag-admin")
+  private val admin: KubernetesClient = api.client("lag-admin")
 
   def podName(i: Int): String = f"spark-driver-$i%05d"
 
@@ -59,16 +59,16 @@ private[bench] final class LagWorkload(
     }
   }
 
-  /** Every pod DELETE request of this namespace the mock received. */
-  def deletes: Seq[Recorded] = kube.podDeletes(namespace)
+  /** Every pod DELETE request of this namespace the API server received. */
+  def deletes: Seq[LagRequest] = api.podDeletes(namespace)
 
   /** Pods with at least one DELETE the API server carried out (200). */
-  def deletedPods(ds: Seq[Recorded] = deletes): Set[String] =
-    ds.iterator.filter(_.status == 200).flatMap(_.pod).map(_._2).toSet
+  def deletedPods(ds: Seq[LagRequest] = deletes): Set[String] =
+    ds.iterator.filter(_.status == 200).flatMap(_.pod).toSet
 
-  /** The first DELETE (by arrival at the mock) of each pod that received one. */
-  def firstDeletes(ds: Seq[Recorded] = deletes): Map[String, Recorded] =
-    ds.groupBy(_.pod.get._2).map { case (pod, rs) => pod -> rs.minBy(_.atMillis) }
+  /** The first DELETE (by arrival at the API server) of each pod that received one. */
+  def firstDeletes(ds: Seq[LagRequest] = deletes): Map[String, LagRequest] =
+    ds.groupBy(_.pod.get).map { case (pod, rs) => pod -> rs.minBy(_.atMillis) }
 
   /**
    * Waits until every pod was deleted or `untilMillis`; returns the pods deleted. Progress on

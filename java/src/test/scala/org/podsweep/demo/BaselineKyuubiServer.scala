@@ -31,14 +31,18 @@ import org.podsweep.testkit.{KyuubiPods, MockKube}
  */
 final class BaselineKyuubiServer(
     val name: String,
-    kube: MockKube,
+    newClient: String => KubernetesClient,
     retainMillis: Long,
     checkIntervalMillis: Long,
-    kind: String = "ALL") extends AutoCloseable {
+    kind: String) extends AutoCloseable {
+
+  /** On the fabric8 mock, with identity (bearer token) `name`. */
+  def this(name: String, kube: MockKube, retainMillis: Long, checkIntervalMillis: Long, kind: String = "ALL") =
+    this(name, (token: String) => kube.client(token), retainMillis, checkIntervalMillis, kind)
 
   private final case class AppInfo(namespace: String, podName: String, state: String)
 
-  private val client: KubernetesClient = kube.client(name)
+  private val client: KubernetesClient = newClient(name)
   private val appInfoStore = new ConcurrentHashMap[String, AppInfo]()
   private val informers = new ConcurrentHashMap[String, SharedIndexInformer[Pod]]()
 
