@@ -52,6 +52,11 @@ final class BaselineKyuubiServer(
   val failedLines = new AtomicInteger()
   /** `namespace/pod` -> wall-clock millis at which this server issued its first DELETE of that pod. */
   val firstDeleteIssuedAt = new ConcurrentHashMap[String, java.lang.Long]()
+  /** `namespace/pod` -> wall-clock millis at which this server first saw the pod terminated (its clock start). */
+  val terminatedSeenAt = new ConcurrentHashMap[String, java.lang.Long]()
+
+  private def seenTerminated(namespace: String, pod: Pod): Unit =
+    terminatedSeenAt.putIfAbsent(s"$namespace/${pod.getMetadata.getName}", System.currentTimeMillis())
 
   private val cache: Cache[String, String] = CacheBuilder.newBuilder()
     .expireAfterWrite(retainMillis, TimeUnit.MILLISECONDS)
@@ -115,6 +120,7 @@ final class BaselineKyuubiServer(
       .foreach { pod =>
         val state = KyuubiPods.appState(pod, PodEvent.UPDATE)
         if (KyuubiPods.Terminated(state)) {
+          seenTerminated(namespace, pod)
           appInfoStore.putIfAbsent(KyuubiPods.tag(pod), AppInfo(namespace, pod.getMetadata.getName, state))
           markTerminated(KyuubiPods.tag(pod), state)
         }
@@ -125,7 +131,10 @@ final class BaselineKyuubiServer(
       override def onUpdate(oldPod: Pod, pod: Pod): Unit =
         if (isSparkEnginePod(pod)) {
           val state = update(namespace, pod, PodEvent.UPDATE)
-          if (KyuubiPods.Terminated(state)) markTerminated(KyuubiPods.tag(pod), state)
+          if (KyuubiPods.Terminated(state)) {
+            seenTerminated(namespace, pod)
+            markTerminated(KyuubiPods.tag(pod), state)
+          }
         }
       override def onDelete(pod: Pod, finalStateUnknown: Boolean): Unit =
         if (isSparkEnginePod(pod)) {
