@@ -43,11 +43,7 @@ private[bench] final class LagApiServer extends AutoCloseable {
   private val serde = new KubernetesSerialization()
   private val recorded = new ConcurrentLinkedQueue[LagRequest]()
 
-  private final case class Event(rv: Long, namespace: String, labels: Map[String, String], json: String)
-  private final class Watcher(val namespace: String, val selector: Map[String, Option[String]]) {
-    val queue = new LinkedBlockingQueue[String]()
-    def wants(e: Event): Boolean = e.namespace == namespace && LagApiServer.matches(selector, e.labels)
-  }
+  import LagApiServer.{Event, Watcher}
 
   // Guarded by `lock`.
   private val lock = new Object
@@ -278,6 +274,15 @@ private[bench] final class LagApiServer extends AutoCloseable {
 }
 
 private[bench] object LagApiServer {
+  /** A watch event at resourceVersion `rv`, already encoded as one line of a watch stream. */
+  private final case class Event(rv: Long, namespace: String, labels: Map[String, String], json: String)
+
+  /** One open watch: its filter and the events waiting to be written. */
+  private final class Watcher(val namespace: String, val selector: Map[String, Option[String]]) {
+    val queue = new LinkedBlockingQueue[String]()
+    def wants(e: Event): Boolean = e.namespace == namespace && matches(selector, e.labels)
+  }
+
   /**
    * TCP_NODELAY on accepted sockets. Without it the JDK server sends a response's headers and
    * body as two segments and the body can wait for the client's delayed ACK (Nagle): thread
