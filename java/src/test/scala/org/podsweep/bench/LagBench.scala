@@ -1,6 +1,225 @@
 package org.podsweep.bench
 
-/** Placeholder until this bench is written. */
+import scala.collection.JavaConverters._
+
+import org.apache.curator.test.TestingServer
+import org.podsweep.demo.BaselineKyuubiServer
+import org.podsweep.testkit.ZooKeeperBackend
+
+/**
+ * `lag`: pods whose deadlines (container `finishedAt` + retain period) fall within one minute;
+ * the time from each pod's deadline to the arrival at the API server of the first DELETE for it:
+ * p50, p99, max.
+ *
+ * The API server is [[LagApiServer]] (pods only, O(1) per request), not the demo's fabric8 mock:
+ * its CRUD dispatcher scans every stored object under one write lock for each request, so at
+ * 10,000 pods creating them took 143 s, the 60 s of terminations took 160 s (status updates up to
+ * 100 s behind schedule) and the figures measured the mock (podsweep p99 44.5 s).
+ *
+ * Three runs, each on a fresh API server with one server watching one namespace:
+ *  1. podsweep, one server (the scope's leader, elected through a Curator TestingServer at
+ *     Kyuubi's default session timeout), DELETE rate limit raised to `RaisedQps` (the default
+ *     10 qps cannot drain 10,000 pods a minute);
+ *  2. the baseline: `BaselineKyuubiServer`, a model of today's KubernetesApplicationOperation
+ *     (Guava cache expiring `retain` after the server observes the termination, `cleanUp()`
+ *     every check interval, Kyuubi's default 1 min) -- Kyuubi's own jar is not used;
+ *  3. podsweep at its default rate limit (10 qps, burst 20) on fewer pods, 10 a second.
+ * One JSON line per run. Pods are created first, then the server starts (its informer lists
+ * them), then terminations are paced evenly over the spread.
+ */
 object LagBench {
-  def run(smoke: Boolean): Unit = throw new UnsupportedOperationException("LagBench is not written yet")
+  /** Sizes of one bench pass. */
+  final case class Size(
+      pods: Int,
+      spreadMs: Long,
+      retainMs: Long,
+      checkIntervalMs: Long,
+      defaultRatePods: Int,
+      graceMs: Long)
+
+  val Full = Size(pods = 10000, spreadMs = 60000, retainMs = 10000, checkIntervalMs = 60000, defaultRatePods = 600, graceMs = 30000)
+  val Smoke = Size(pods = 100, spreadMs = 5000, retainMs = 2000, checkIntervalMs = 1000, defaultRatePods = 30, graceMs = 10000)
+
+  val RaisedQps = 500
+  val RaisedBurst = 500
+  val DefaultQps = 10
+  val DefaultBurst = 20
+
+  private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
+  /** Kyuubi's default `kyuubi.ha.zookeeper.session.timeout`. */
+  private val SessionTimeoutMs = 60000
+
+  def run(smoke: Boolean): Unit = {
+    val size = if (smoke) Smoke else Full
+    val zk = new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = SessionTimeoutMs)
+    try {
+      podsweep(size, size.pods, zk, Some((RaisedQps, RaisedBurst)))
+      baseline(size)
+      podsweep(size, size.defaultRatePods, zk, None)
+    } finally zk.close()
+  }
+
+  /** A server under test, started after the pods exist. */
+  private trait Subject extends AutoCloseable {
+    /** Its informer has reported every pod (and, for podsweep, the scope has a leader). */
+    def ready(pods: Int): Boolean
+    /** Fields of the JSON line that only this kind of server has; `first`: each pod's first DELETE. */
+    def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)]
+  }
+
+  private def podsweep(size: Size, pods: Int, zk: ZooKeeperBackend, rate: Option[(Int, Int)]): Unit = {
+    val label = s"podsweep-${rate.map(_._1).getOrElse(DefaultQps)}qps"
+    val (qps, burst) = rate.getOrElse((DefaultQps, DefaultBurst))
+    measure(label, size, pods, Seq(
+      "system" -> "podsweep",
+      "servers" -> 1,
+      "backend" -> "zookeeper",
+      "zookeeper_session_timeout_ms" -> SessionTimeoutMs,
+      "podsweep_rate_limit_qps" -> qps,
+      "podsweep_rate_limit_burst" -> burst,
+      "podsweep_rate_limit" -> (if (rate.isEmpty) "default" else "raised"))) { (api, ns) =>
+      val conf = Map(
+        "kyuubi.kubernetes.master.address" -> api.url,
+        "kyuubi.kubernetes.authenticate.oauthToken" -> "server-1",
+        P + "kind" -> "ALL",
+        "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> size.retainMs.toString,
+        "kyuubi.ha.namespace" -> s"kyuubi-$label") ++ zk.kyuubiConf ++
+        rate.map { case (q, b) => Map(P + "rateLimit.qps" -> q.toString, P + "rateLimit.burst" -> b.toString) }
+          .getOrElse(Map.empty)
+      val server = new LagPodsweepServer("server-1", api.client("informer-server-1"), conf)
+      server.watch(ns)
+      new Subject {
+        override def ready(pods: Int): Boolean = server.observed.get >= pods && server.isLeader(ns)
+        override def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = {
+          val status = server.status(ns)
+          // podsweep's own lag histogram (bucket upper bounds), as a cross-check of the mock's figures.
+          val lag = status.fields().get("lag") match {
+            case m: java.util.Map[_, _] =>
+              val f = m.asScala.map { case (k, v) => k.toString -> v }
+              Seq("count", "p50_seconds_le", "p99_seconds_le", "max_seconds").map(k => k -> f.getOrElse(k, null)).toMap
+            case _ => Map.empty[String, Any]
+          }
+          val errors = server.errors.get
+          Seq(
+            "podsweep_reported_lag" -> scala.collection.immutable.ListMap(lag.toSeq.sortBy(_._1): _*),
+            "podsweep_outcomes" -> Seq("accepted", "throttled", "server_error", "transport", "already_absent", "other")
+              .map(c => c -> status.outcome(c)).toMap,
+            "observe_errors" -> errors)
+        }
+        override def close(): Unit = server.close()
+      }
+    }
+  }
+
+  private def baseline(size: Size): Unit =
+    measure("baseline", size, size.pods, Seq(
+      "system" -> "baseline",
+      "baseline" -> "model",
+      "servers" -> 1,
+      "check_interval_ms" -> size.checkIntervalMs)) { (api, ns) =>
+      val server = new BaselineKyuubiServer("server-1", (token: String) => api.client(token), size.retainMs,
+        size.checkIntervalMs, "ALL")
+      server.watch(ns)
+      new Subject {
+        override def ready(pods: Int): Boolean = server.tracked >= pods
+        override def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = {
+          def at(m: java.util.concurrent.ConcurrentHashMap[String, java.lang.Long], pod: String): Option[Long] =
+            Option(m.get(s"$ns/$pod")).map(_.longValue)
+          // Where the lag comes from: the clock starts when the server sees the termination (not at
+          // finishedAt), the entry expires retain later, and the DELETE waits for cache maintenance
+          // (a write on an informer thread, or cleanUp() every check interval).
+          val clockStart = terms.flatMap(t => at(server.terminatedSeenAt, t.name).map(s => (s - t.finishedAtMillis).toDouble))
+          val afterExpiry = terms.flatMap { t =>
+            for (s <- at(server.terminatedSeenAt, t.name); d <- at(server.firstDeleteIssuedAt, t.name))
+              yield (d - (s + size.retainMs)).toDouble
+          }
+          // From the model's DELETE call to the request's arrival at the API server (client side).
+          val issueToArrival = first.toSeq.flatMap { case (pod, d) => at(server.firstDeleteIssuedAt, pod).map(i => (d.atMillis - i).toDouble) }
+          Seq(
+            "baseline_deletes_issued" -> server.deletesIssued.get,
+            "baseline_failed_delete_lines" -> server.failedLines.get) ++
+            LagWorkload.summary("baseline_clock_start_after_finished_at", clockStart) ++
+            LagWorkload.summary("baseline_delete_after_own_expiry", afterExpiry) ++
+            LagWorkload.summary("baseline_issue_to_arrival", issueToArrival)
+        }
+        // Kyuubi's stop() would DELETE every pod still tracked (the re-armed entries): not measured here.
+        override def close(): Unit = server.discard()
+      }
+    }
+
+  /**
+   * Creates the pods in a fresh API server, starts the subject, paces the terminations, waits until
+   * every pod was deleted or the window closed (last deadline + check interval + grace), and
+   * prints the line.
+   */
+  private def measure(label: String, size: Size, pods: Int, settings: Seq[(String, Any)])(
+      start: (LagApiServer, String) => Subject): Unit = {
+    val api = new LagApiServer
+    val ns = s"lag-$label"
+    val w = new LagWorkload(api, ns, pods, size.spreadMs, size.retainMs)
+    try {
+      val t0 = System.nanoTime()
+      BenchOut.progress(s"lag $label: creating $pods running driver pods")
+      val created = w.create()
+      val createS = LagWorkload.seconds(t0)
+      val t1 = System.nanoTime()
+      val subject = start(api, ns)
+      try {
+        val readyBy = System.currentTimeMillis() + 120000
+        while (!subject.ready(pods) && System.currentTimeMillis() < readyBy) Thread.sleep(50)
+        require(subject.ready(pods), s"$label: server not ready (informer behind or no leader) after 120 s")
+        val readyS = LagWorkload.seconds(t1)
+        BenchOut.progress(f"lag $label: pods created in $createS%.1f s, server ready in $readyS%.1f s; " +
+          s"terminating them over ${size.spreadMs / 1000.0} s")
+        val t2 = System.nanoTime()
+        val terms = w.terminate(created)
+        val terminateS = LagWorkload.seconds(t2)
+        val lastDeadline = terms.map(_.deadline).max
+        val firstDeadline = terms.map(_.deadline).min
+        val windowMs = size.checkIntervalMs + size.graceMs
+        BenchOut.progress(f"lag $label: terminations sent in $terminateS%.1f s; waiting for DELETEs")
+        val t3 = System.nanoTime()
+        w.awaitDeleted(label, lastDeadline + windowMs)
+        val drainS = LagWorkload.seconds(t3)
+        val ds = w.deletes
+        val deleted = w.deletedPods(ds)
+        val first = w.firstDeletes(ds)
+        val deadlines = terms.map(t => t.name -> t.deadline).toMap
+        val lags = terms.flatMap(t => first.get(t.name).map(d => (d.atMillis - t.deadline).toDouble))
+        val extra = subject.fields(first, terms)
+        val unhandled = api.unhandled
+        if (unhandled.nonEmpty)
+          BenchOut.progress(s"lag $label: API requests not served: ${unhandled.take(5).map(r => s"${r.method} ${r.path} -> ${r.status}").mkString(", ")}")
+        BenchOut.line("lag", (Seq(
+          "pods" -> pods,
+          "spread_ms" -> size.spreadMs,
+          "retain_ms" -> size.retainMs,
+          "deadline_span_ms" -> (lastDeadline - firstDeadline)) ++
+          settings ++
+          Seq("lag_count" -> lags.size) ++
+          LagWorkload.summary("lag", lags) ++
+          Seq(
+            "lag_min_ms" -> (if (lags.isEmpty) Double.NaN else lags.min),
+            "early_deletes" -> first.count { case (pod, d) => deadlines.get(pod).exists(d.atMillis < _) },
+            "never_deleted" -> (pods - deleted.size),
+            "window_after_last_deadline_ms" -> windowMs,
+            "delete_requests" -> ds.size,
+            "delete_404" -> ds.count(_.status == 404),
+            "api_server" -> "LagApiServer",
+            "api_unhandled_requests" -> unhandled.size) ++
+          LagWorkload.summary("termination_behind_schedule", terms.map(_.behindScheduleMs.toDouble)) ++
+          extra ++
+          Seq(
+            "create_s" -> createS,
+            "server_ready_s" -> readyS,
+            "terminate_s" -> terminateS,
+            "drain_s" -> drainS,
+            "phase_s" -> LagWorkload.seconds(t0),
+            "smoke" -> (size == Smoke))): _*)
+      } finally subject.close()
+    } finally {
+      w.close()
+      api.close()
+    }
+  }
 }

@@ -31,14 +31,18 @@ import org.podsweep.testkit.{KyuubiPods, MockKube}
  */
 final class BaselineKyuubiServer(
     val name: String,
-    kube: MockKube,
+    newClient: String => KubernetesClient,
     retainMillis: Long,
     checkIntervalMillis: Long,
-    kind: String = "ALL") extends AutoCloseable {
+    kind: String) extends AutoCloseable {
+
+  /** On the fabric8 mock, with identity (bearer token) `name`. */
+  def this(name: String, kube: MockKube, retainMillis: Long, checkIntervalMillis: Long, kind: String = "ALL") =
+    this(name, (token: String) => kube.client(token), retainMillis, checkIntervalMillis, kind)
 
   private final case class AppInfo(namespace: String, podName: String, state: String)
 
-  private val client: KubernetesClient = kube.client(name)
+  private val client: KubernetesClient = newClient(name)
   private val appInfoStore = new ConcurrentHashMap[String, AppInfo]()
   private val informers = new ConcurrentHashMap[String, SharedIndexInformer[Pod]]()
 
@@ -46,6 +50,13 @@ final class BaselineKyuubiServer(
   val deletedLines = new AtomicInteger()
   /** WARN "Failed to delete pod" lines (an empty delete result, i.e. a 404) plus ERROR lines. */
   val failedLines = new AtomicInteger()
+  /** `namespace/pod` -> wall-clock millis at which this server issued its first DELETE of that pod. */
+  val firstDeleteIssuedAt = new ConcurrentHashMap[String, java.lang.Long]()
+  /** `namespace/pod` -> wall-clock millis at which this server first saw the pod terminated (its clock start). */
+  val terminatedSeenAt = new ConcurrentHashMap[String, java.lang.Long]()
+
+  private def seenTerminated(namespace: String, pod: Pod): Unit =
+    terminatedSeenAt.putIfAbsent(s"$namespace/${pod.getMetadata.getName}", System.currentTimeMillis())
 
   private val cache: Cache[String, String] = CacheBuilder.newBuilder()
     .expireAfterWrite(retainMillis, TimeUnit.MILLISECONDS)
@@ -92,6 +103,7 @@ final class BaselineKyuubiServer(
 
   private def deletePod(info: AppInfo): Unit = {
     deletesIssued.incrementAndGet()
+    firstDeleteIssuedAt.putIfAbsent(s"${info.namespace}/${info.podName}", System.currentTimeMillis())
     try {
       val result = client.pods().inNamespace(info.namespace).withName(info.podName).delete()
       if (result != null && !result.isEmpty) deletedLines.incrementAndGet()
@@ -108,6 +120,7 @@ final class BaselineKyuubiServer(
       .foreach { pod =>
         val state = KyuubiPods.appState(pod, PodEvent.UPDATE)
         if (KyuubiPods.Terminated(state)) {
+          seenTerminated(namespace, pod)
           appInfoStore.putIfAbsent(KyuubiPods.tag(pod), AppInfo(namespace, pod.getMetadata.getName, state))
           markTerminated(KyuubiPods.tag(pod), state)
         }
@@ -118,7 +131,10 @@ final class BaselineKyuubiServer(
       override def onUpdate(oldPod: Pod, pod: Pod): Unit =
         if (isSparkEnginePod(pod)) {
           val state = update(namespace, pod, PodEvent.UPDATE)
-          if (KyuubiPods.Terminated(state)) markTerminated(KyuubiPods.tag(pod), state)
+          if (KyuubiPods.Terminated(state)) {
+            seenTerminated(namespace, pod)
+            markTerminated(KyuubiPods.tag(pod), state)
+          }
         }
       override def onDelete(pod: Pod, finalStateUnknown: Boolean): Unit =
         if (isSparkEnginePod(pod)) {
@@ -132,9 +148,22 @@ final class BaselineKyuubiServer(
   /** Entries waiting in the cleanup cache (expired ones count until the next cleanUp). */
   def pending: Long = cache.size()
 
+  /** Pods in the `appInfoStore` (every Spark engine pod the informers reported, running or not). */
+  def tracked: Int = appInfoStore.size()
+
   override def close(): Unit = {
     informers.values().asScala.foreach(i => scala.util.Try(i.stop()))
     cache.invalidateAll()
+    trigger.shutdownNow()
+    client.close()
+  }
+
+  /**
+   * Stops without Kyuubi's stop-time `invalidateAll()` (which would DELETE every tracked pod at
+   * once): for benches that have measured what they need and only want the threads gone.
+   */
+  def discard(): Unit = {
+    informers.values().asScala.foreach(i => scala.util.Try(i.stop()))
     trigger.shutdownNow()
     client.close()
   }
