@@ -21,6 +21,32 @@ class MockKubeSuite extends AnyFunSuite with BeforeAndAfterAll with Eventually {
   override def beforeAll(): Unit = kube = new MockKube
   override def afterAll(): Unit = kube.close()
 
+  test("a DELETE of a pod without finalizers: the events an informer sees") {
+    // The baseline model's DELETE counts depend on this: every event after a server's own DELETE
+    // re-arms its cache entry.
+    val admin = kube.client("test-admin")
+    val ns = "mock-delete-events"
+    val events = new ConcurrentLinkedQueue[String]()
+    val informer = kube.client("informer").pods().inNamespace(ns).withLabel(KyuubiPods.TagLabel)
+      .inform(new ResourceEventHandler[Pod] {
+        override def onAdd(p: Pod): Unit = ()
+        override def onUpdate(o: Pod, p: Pod): Unit =
+          events.add(s"UPDATE deleting=${KyuubiPods.deletionTimestampSet(p)}")
+        override def onDelete(p: Pod, unknown: Boolean): Unit = events.add("DELETE")
+      }, 0L)
+    try {
+      val at = Instant.parse("2024-05-01T10:00:00Z")
+      admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(KyuubiPods.driver("gone"), true, at)).create()
+      Thread.sleep(300)
+      events.clear()
+      admin.pods().inNamespace(ns).withName("gone").delete()
+      eventually(assert(events.asScala.toSeq.contains("DELETE")))
+      Thread.sleep(300)
+      info(s"events after DELETE: ${events.asScala.mkString(", ")}")
+      assert(events.asScala.toSeq == Seq("DELETE"))
+    } finally informer.stop()
+  }
+
   test("informer events, status on create and update, finalizers, bearer attribution") {
     val admin = kube.client("test-admin")
     val ns = "mock-check"

@@ -118,7 +118,7 @@ object LagBench {
       "servers" -> 1,
       "check_interval_ms" -> size.checkIntervalMs)) { (api, ns) =>
       val server = new BaselineKyuubiServer("server-1", (token: String) => api.client(token), size.retainMs,
-        size.checkIntervalMs, "ALL")
+        size.checkIntervalMs, "ALL", startOffsetMillis = 0L)
       server.watch(ns)
       new Subject {
         override def ready(pods: Int): Boolean = server.tracked >= pods

@@ -34,11 +34,18 @@ final class BaselineKyuubiServer(
     newClient: String => KubernetesClient,
     retainMillis: Long,
     checkIntervalMillis: Long,
-    kind: String) extends AutoCloseable {
+    kind: String,
+    startOffsetMillis: Long) extends AutoCloseable {
 
-  /** On the fabric8 mock, with identity (bearer token) `name`. */
-  def this(name: String, kube: MockKube, retainMillis: Long, checkIntervalMillis: Long, kind: String = "ALL") =
-    this(name, (token: String) => kube.client(token), retainMillis, checkIntervalMillis, kind)
+  /**
+   * On the fabric8 mock, with identity (bearer token) `name`. `startOffsetMillis` delays the first
+   * `cleanUp()`: Kyuubi servers are started at different moments, so their check threads tick out
+   * of step (with every server ticking at once, each one's DELETE would go out before any DELETE
+   * event arrived, and every server would re-arm: 2N requests per pod instead of N+1).
+   */
+  def this(name: String, kube: MockKube, retainMillis: Long, checkIntervalMillis: Long, kind: String = "ALL",
+      startOffsetMillis: Long = 0L) =
+    this(name, (token: String) => kube.client(token), retainMillis, checkIntervalMillis, kind, startOffsetMillis)
 
   private final case class AppInfo(namespace: String, podName: String, state: String)
 
@@ -74,7 +81,7 @@ final class BaselineKyuubiServer(
   })
   trigger.scheduleWithFixedDelay(new Runnable {
     override def run(): Unit = try cache.cleanUp() catch { case NonFatal(_) => failedLines.incrementAndGet() }
-  }, checkIntervalMillis, checkIntervalMillis, TimeUnit.MILLISECONDS)
+  }, checkIntervalMillis + startOffsetMillis, checkIntervalMillis, TimeUnit.MILLISECONDS)
 
   private def isSparkEnginePod(pod: Pod): Boolean =
     KyuubiPods.tag(pod) != null && KyuubiPods.hasAppSelector(pod)

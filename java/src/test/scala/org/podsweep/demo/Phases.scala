@@ -206,8 +206,11 @@ object Phases {
   def baseline(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
     s.progress(s"phase 1 (baseline): ${s.servers} Kyuubi servers, each deleting on its own")
+    // Check threads out of step, spread evenly over one interval, as servers started at different moments.
+    val checkMs = 1000L
     val servers = (1 to s.servers).map(i =>
-      new BaselineKyuubiServer(s"server-$i", kube, s.retainMs, checkIntervalMillis = 1000L))
+      new BaselineKyuubiServer(s"server-$i", kube, s.retainMs, checkIntervalMillis = checkMs,
+        startOffsetMillis = (i - 1) * checkMs / s.servers))
     try {
       servers.foreach(b => nss.foreach(b.watch))
       val (drivers, decoys) = createPods(admin, nss, s)
