@@ -36,6 +36,8 @@ use serde_json::json;
 
 const CHILD_ENV: &str = "PODSWEEP_FLEET_CHILD";
 const MASTER: &str = "kyuubi.kubernetes.master.address";
+/// The churn fleet's DELETE rate limit (qps and burst).
+const CHURN_QPS: u32 = 100;
 
 fn main() {
     if let Ok(spec) = std::env::var(CHILD_ENV) {
@@ -490,7 +492,7 @@ fn duplicates(backend: &'static str, smoke: bool) {
             let w = world.lock().unwrap_or_else(|p| p.into_inner());
             w.pods.values().filter(|p| p.deleted_ms.is_none()).count()
         };
-        if left == 0 || drain.elapsed() > Duration::from_secs(30) {
+        if left == 0 || drain.elapsed() > Duration::from_secs(60) {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -535,6 +537,7 @@ fn duplicates(backend: &'static str, smoke: bool) {
         "leader_kills": kills,
         "servers_that_deleted": senders.len(),
         "retain_ms": retain_ms,
+        "rate_limit_qps": CHURN_QPS,
         "pods": pods,
         "delete_requests": requests,
         "deletes_per_pod": if pods > 0 { (requests as f64 / pods as f64 * 1000.0).round() / 1000.0 } else { 0.0 },
@@ -563,6 +566,9 @@ fn child(spec: &str) {
     map.insert(keys::CLEANUP_KIND.into(), "ALL".into());
     map.insert(keys::RETAIN_PERIOD.into(), retain_ms.to_string());
     map.insert(keys::HA_NAMESPACE.into(), "podsweep_churn".into());
+    // Pods terminate faster (20/s) than the default DELETE rate limit (10/s) lets a leader drain.
+    map.insert(keys::RATE_QPS.into(), CHURN_QPS.to_string());
+    map.insert(keys::RATE_BURST.into(), CHURN_QPS.to_string());
     let settings = Settings::from_map(map).expect("child conf");
     let backend: Arc<dyn Backend> = match &settings.ha {
         podsweep::config::HaSettings::ZooKeeper(z) => Arc::new(ZooKeeperBackend::new(z.clone())),
