@@ -34,19 +34,17 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant, SystemTime};
 
+use common::manual::ManualBackend;
 use common::recorder::{self, Recorder};
-use futures::future::BoxFuture;
 use podsweep::clock::Clock;
 use podsweep::config::{keys, CleanupKind, Settings};
-use podsweep::election::{Backend, LeaderSignal};
 use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
 use podsweep::tracker::Tracker;
-use tokio_util::sync::CancellationToken;
 use tokio_util::time::{delay_queue, DelayQueue};
 
 /// Counts live heap bytes (allocated - freed) and their peak.
@@ -201,32 +199,6 @@ fn main() {
     }
 }
 
-/// A backend this bench drives by hand: it hands out the signal of each campaign.
-#[derive(Default)]
-struct HandBackend {
-    signals: Arc<Mutex<Vec<LeaderSignal>>>,
-}
-
-impl Backend for HandBackend {
-    fn name(&self) -> &'static str {
-        "hand"
-    }
-
-    fn campaign(
-        &self,
-        _scope: Scope,
-        _identity: String,
-        signal: LeaderSignal,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, ()> {
-        self.signals
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(signal);
-        Box::pin(async move { cancel.cancelled().await })
-    }
-}
-
 /// A UUID-shaped string (version 4 layout, 36 characters), deterministic in `(i, salt)`.
 fn uuid(i: u64, salt: u64) -> String {
     fn mix(mut z: u64) -> u64 {
@@ -310,7 +282,7 @@ fn ms(d: Duration) -> f64 {
 fn child(n: usize) -> Result<(), String> {
     let rt = podsweep::engine::runtime().map_err(|e| e.to_string())?;
     let recorder = Arc::new(Recorder::default());
-    let backend = HandBackend::default();
+    let backend = ManualBackend::default();
     let signals = backend.signals.clone();
     let conf: HashMap<String, String> =
         [(keys::CLEANUP_KIND, "ALL"), (keys::RETAIN_PERIOD, "PT1H")]

@@ -2,49 +2,28 @@
 //! kube-rs client whose HTTP service is a tower-test mock, so every DELETE is seen and answered
 //! by the test.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::future::BoxFuture;
+use common::manual::ManualBackend;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use kube::client::Body;
 use podsweep::clock::Clock;
 use podsweep::config::{keys, Settings};
 use podsweep::deleter::{KubeDeleter, OutcomeClass, PodDeleter};
-use podsweep::election::{Backend, LeaderSignal};
+use podsweep::election::LeaderSignal;
 use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
 use podsweep::sweeper::DeleterSource;
 use tokio::time::{advance, timeout, Instant};
-use tokio_util::sync::CancellationToken;
 use tower_test::mock::{Handle, SendResponse};
 
 type Mock = Handle<Request<Body>, Response<Body>>;
-
-/// A backend the test drives by hand through the signals it hands out.
-#[derive(Default)]
-struct ManualBackend {
-    signals: Arc<Mutex<Vec<LeaderSignal>>>,
-}
-
-impl Backend for ManualBackend {
-    fn name(&self) -> &'static str {
-        "manual"
-    }
-    fn campaign(
-        &self,
-        _scope: Scope,
-        _identity: String,
-        signal: LeaderSignal,
-        cancel: CancellationToken,
-    ) -> BoxFuture<'static, ()> {
-        self.signals.lock().unwrap().push(signal);
-        Box::pin(async move { cancel.cancelled().await })
-    }
-}
 
 struct Fixture {
     engine: Engine,

@@ -1,4 +1,5 @@
 pub mod bench;
 pub mod etcd;
+pub mod manual;
 pub mod recorder;
 pub mod zk;

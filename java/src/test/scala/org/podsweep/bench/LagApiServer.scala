@@ -13,9 +13,9 @@ import scala.util.control.NonFatal
 
 import com.sun.net.httpserver.{HttpExchange, HttpServer}
 import io.fabric8.kubernetes.api.model.{DeleteOptions, ListMetaBuilder, Pod, PodList}
-import io.fabric8.kubernetes.client.{Config, ConfigBuilder, KubernetesClient, KubernetesClientBuilder}
-import io.fabric8.kubernetes.client.okhttp.OkHttpClientFactory
+import io.fabric8.kubernetes.client.KubernetesClient
 import io.fabric8.kubernetes.client.utils.KubernetesSerialization
+import org.podsweep.testkit.TestClients
 
 /** One request the lag bench's API server answered. */
 private[bench] final case class LagRequest(
@@ -66,17 +66,7 @@ private[bench] final class LagApiServer extends AutoCloseable {
   val url: String = s"http://127.0.0.1:${http.getAddress.getPort}"
 
   /** A fabric8 client with its own identity (bearer token); watches over HTTP, no retries. */
-  def client(token: String): KubernetesClient = {
-    val config: Config = new ConfigBuilder(Config.empty())
-      .withMasterUrl(url)
-      .withOauthToken(token)
-      .withNamespace("default")
-      .withRequestRetryBackoffLimit(0)
-      .withWatchReconnectInterval(200)
-      .build()
-    config.setOnlyHttpWatches(true)
-    new KubernetesClientBuilder().withConfig(config).withHttpClientFactory(new OkHttpClientFactory()).build()
-  }
+  def client(token: String): KubernetesClient = TestClients.forUrl(url, token, onlyHttpWatches = true)
 
   def requests: Seq[LagRequest] = recorded.asScala.toVector
 

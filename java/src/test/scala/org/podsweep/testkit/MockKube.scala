@@ -7,8 +7,7 @@ import java.util.concurrent.{ConcurrentHashMap, ConcurrentLinkedQueue}
 import scala.collection.JavaConverters._
 
 import io.fabric8.kubernetes.api.model.{Pod, Status, StatusBuilder}
-import io.fabric8.kubernetes.client.{Config, ConfigBuilder, KubernetesClient, KubernetesClientBuilder}
-import io.fabric8.kubernetes.client.okhttp.OkHttpClientFactory
+import io.fabric8.kubernetes.client.KubernetesClient
 import io.fabric8.kubernetes.client.server.mock.{KubernetesMixedDispatcher, KubernetesMockServer}
 import io.fabric8.mockwebserver.{Context, ServerRequest, ServerResponse}
 import okhttp3.mockwebserver.{Dispatcher, MockResponse, MockWebServer, RecordedRequest, SocketPolicy}
@@ -110,16 +109,7 @@ final class MockKube extends AutoCloseable {
   val url: String = s"http://127.0.0.1:${server.getPort}"
 
   /** A client with its own identity (bearer token), e.g. an informer's or the test's admin. */
-  def client(token: String): KubernetesClient = {
-    val config: Config = new ConfigBuilder(Config.empty())
-      .withMasterUrl(url)
-      .withOauthToken(token)
-      .withNamespace("default")
-      .withRequestRetryBackoffLimit(0)
-      .withWatchReconnectInterval(200)
-      .build()
-    new KubernetesClientBuilder().withConfig(config).withHttpClientFactory(new OkHttpClientFactory()).build()
-  }
+  def client(token: String): KubernetesClient = TestClients.forUrl(url, token)
 
   def requests: Seq[Recorded] = recorded.asScala.toVector
 

@@ -1,0 +1,37 @@
+//! An election backend driven by hand: every campaign hands its [`LeaderSignal`] to the test,
+//! which then decides when that candidate leads, follows or loses its lease.
+
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use podsweep::election::{Backend, LeaderSignal};
+use podsweep::scope::Scope;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Default)]
+pub struct ManualBackend {
+    /// The signal of each campaign, in the order the campaigns started.
+    pub signals: Arc<Mutex<Vec<LeaderSignal>>>,
+}
+
+impl Backend for ManualBackend {
+    fn name(&self) -> &'static str {
+        "manual"
+    }
+
+    fn campaign(
+        &self,
+        _scope: Scope,
+        _identity: String,
+        signal: LeaderSignal,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'static, ()> {
+        self.signals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(signal);
+        Box::pin(async move { cancel.cancelled().await })
+    }
+}
