@@ -33,11 +33,13 @@ fn main() {
     if let Ok(conf) = std::env::var(CHILD_ENV) {
         return child(&conf);
     }
+    // `--smoke` (scripts/bench --smoke): one run each and short windows, figures not checked.
+    let smoke = std::env::args().any(|a| a == "--smoke");
     let runs: usize = std::env::var("PODSWEEP_BENCH_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
-    let quick = std::env::var("PODSWEEP_BENCH_QUICK").is_ok();
+        .unwrap_or(if smoke { 1 } else { 5 });
+    let quick = smoke || std::env::var("PODSWEEP_BENCH_QUICK").is_ok();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
