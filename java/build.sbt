@@ -22,6 +22,18 @@ def crateVersion(root: File): String = {
     .getOrElse(sys.error(s"no version line in $cargo"))
 }
 
+// Kyuubi 1.12.0 as scripts/kyuubi leaves it: kyuubi-server.jar, its runtime classpath, and the
+// patched jar. The Kyuubi suites, the demo and the benches run Kyuubi's KubernetesApplicationOperation
+// in child JVMs (org.podsweep.kyuubi.KyuubiProcess, compiled against these jars); without them
+// the kyuubiDriver project compiles nothing and those suites cancel.
+val kyuubiCache: File =
+  file(sys.env.getOrElse("PODSWEEP_TOOLS", sys.props("user.home") + "/.cache/podsweep-tools")) / "kyuubi-1.12.0"
+def kyuubiRuntime: Seq[File] = {
+  val list = kyuubiCache / "runtime-classpath.txt"
+  if (list.isFile) IO.readLines(list).map(_.trim).filter(_.nonEmpty).map(file) else Nil
+}
+def kyuubiAvailable: Boolean = (kyuubiCache / "kyuubi-server.jar").isFile && kyuubiRuntime.nonEmpty
+
 val slf4jVersion = "1.7.36"
 val fabric8Version = "6.14.0"
 val curatorVersion = "5.7.1"
@@ -129,8 +141,35 @@ lazy val root = (project in file("."))
       }
       IO.createDirectory(generated)
     },
-    Test / compile := (Test / compile).dependsOn(jmhClean).value,
+    Test / compile := (Test / compile).dependsOn(jmhClean, LocalProject("kyuubiDriver") / Compile / compile).value,
+    // Where the Kyuubi child JVMs find their pieces (org.podsweep.testkit.KyuubiHome).
+    Test / javaOptions ++= Seq(
+      s"-Dpodsweep.kyuubi.cache=$kyuubiCache",
+      s"-Dpodsweep.kyuubi.driver=${(LocalProject("kyuubiDriver") / Compile / classDirectory).value}",
+      s"-Dpodsweep.classes=${(Compile / classDirectory).value}",
+      s"-Dpodsweep.native.lib=${nativeLibrary.value}",
+      s"-Dpodsweep.repo=${repoRoot.value}"),
     Test / run / fork := true,
     Test / run / connectInput := false,
     Test / run / outputStrategy := Some(StdoutOutput)
+  )
+
+// The Kyuubi-side driver of the child JVMs, compiled against Kyuubi 1.12.0's own jars (Scala
+// 2.12.19 as Kyuubi); not part of any published artifact.
+lazy val kyuubiDriver = (project in file("kyuubi/driver"))
+  .dependsOn(root)
+  .settings(
+    name := "podsweep-kyuubi-driver",
+    scalaVersion := "2.12.19",
+    crossPaths := false,
+    autoScalaLibrary := false, // Kyuubi's runtime classpath has scala-library 2.12.19
+    scalacOptions ++= Seq("-release", "8", "-deprecation", "-feature", "-unchecked"),
+    Compile / unmanagedJars := {
+      if (kyuubiAvailable) ((kyuubiCache / "kyuubi-server.jar") +: kyuubiRuntime).map(Attributed.blank)
+      else Nil
+    },
+    Compile / unmanagedSourceDirectories := {
+      if (kyuubiAvailable) (Compile / unmanagedSourceDirectories).value else Nil
+    },
+    publish / skip := true
   )

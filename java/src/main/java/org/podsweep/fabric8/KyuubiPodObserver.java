@@ -1,5 +1,6 @@
 package org.podsweep.fabric8;
 
+import io.fabric8.kubernetes.api.model.ContainerState;
 import io.fabric8.kubernetes.api.model.ContainerStateTerminated;
 import io.fabric8.kubernetes.api.model.ContainerStatus;
 import io.fabric8.kubernetes.api.model.ObjectMeta;
@@ -34,16 +35,23 @@ import org.podsweep.PodSweeper;
  * is set, and the termination time, the first of:
  *
  * <ol>
- *   <li>with state source {@code CONTAINER}: {@code terminated.finishedAt} of the container named by
- *       {@code kyuubi.kubernetes.application.state.container} (default
- *       {@value #DEFAULT_STATE_CONTAINER});
- *   <li>the latest {@code terminated.finishedAt} over all containers ({@code status.containerStatuses},
- *       current state, then last state);
- *   <li>when the pod phase is terminal ({@code Succeeded} or {@code Failed}, and Kyuubi's
- *       non-standard {@code Error} and {@code OOMKilled}): the {@code lastTransitionTime} of the
- *       {@code Ready} condition;
- *   <li>unknown ({@code 0}).
+ *   <li>with state source {@code CONTAINER}: the current {@code state.terminated.finishedAt} of the
+ *       container named by {@code kyuubi.kubernetes.application.state.container} (default
+ *       {@value #DEFAULT_STATE_CONTAINER}), the name compared ignoring case as Kyuubi does;
+ *   <li>the latest current {@code state.terminated.finishedAt} over all containers
+ *       ({@code status.containerStatuses});
+ *   <li>when the pod phase is one Kyuubi maps to a terminal state ({@code Succeeded},
+ *       {@code Failed}, {@code Error}, {@code OOMKilled}, case-sensitive as in Kyuubi): the
+ *       {@code lastTransitionTime} of the {@code Ready} condition;
+ *   <li>unknown ({@code 0}): podsweep then counts from its first observation of the pod.
  * </ol>
+ *
+ * {@code lastState.terminated} is never read: it belongs to an earlier run of a restarted
+ * container, possibly days old, and Kyuubi's state never comes from it.
+ *
+ * <p>{@link #applicationState} is Kyuubi 1.12.0's own state mapping (state source, state
+ * container, terminal phases, the DELETE rule), for callers that have a pod but no state computed
+ * by Kyuubi; the patched {@code KubernetesApplicationOperation} passes the state Kyuubi computed.
  *
  * Timestamps are RFC 3339 ({@code 2026-01-02T03:04:05Z}, with optional fraction and offset); one
  * that does not parse counts as absent. Missing parts of the pod (metadata, labels, status,
@@ -131,6 +139,15 @@ public final class KyuubiPodObserver {
     return o;
   }
 
+  /**
+   * Like {@link #observe(Pod, String, String, PodEvent, String)}, with the state computed by
+   * {@link #applicationState} from this observer's state source and container, for callers that
+   * have no state computed by Kyuubi.
+   */
+  public Observation observe(Pod pod, String context, String namespace, PodEvent event) {
+    return observe(pod, context, namespace, event, applicationState(pod, source, stateContainer, event));
+  }
+
   /** The pure part of {@link #observe}: what would reach {@link PodSweeper#observe}. */
   public static Observation observation(
       Pod pod,
@@ -162,15 +179,10 @@ public final class KyuubiPodObserver {
       return 0;
     }
     List<ContainerStatus> containers = status.getContainerStatuses();
-    String wanted = stateContainer == null || stateContainer.isEmpty() ? DEFAULT_STATE_CONTAINER : stateContainer;
-    if (source == StateSource.CONTAINER && containers != null) {
-      for (ContainerStatus c : containers) {
-        if (c != null && wanted.equals(c.getName())) {
-          long t = finishedAt(c);
-          if (t > 0) {
-            return t;
-          }
-        }
+    if (source == StateSource.CONTAINER) {
+      long t = finishedAt(stateContainerStatus(containers, stateContainer));
+      if (t > 0) {
+        return t;
       }
     }
     long latest = 0;
@@ -182,7 +194,7 @@ public final class KyuubiPodObserver {
     if (latest > 0) {
       return latest;
     }
-    if (isTerminalPhase(status.getPhase()) && status.getConditions() != null) {
+    if (isTerminal(phaseState(status.getPhase())) && status.getConditions() != null) {
       for (PodCondition cond : status.getConditions()) {
         if (cond != null && "Ready".equals(cond.getType())) {
           long t = parseRfc3339(cond.getLastTransitionTime());
@@ -195,33 +207,103 @@ public final class KyuubiPodObserver {
     return 0;
   }
 
-  private static boolean isTerminalPhase(String phase) {
-    if (phase == null) {
-      return false;
+  /**
+   * Kyuubi 1.12.0's {@code ApplicationState} name for a pod: with state source {@code CONTAINER}
+   * and a container named like {@code stateContainer} (ignoring case), a terminal container state
+   * wins, else a terminal pod phase, else the container's state; otherwise the pod phase. For a
+   * DELETE event a state that is not terminal becomes {@code FAILED}. Never throws; missing parts
+   * count as absent.
+   *
+   * <p>Phases (case-sensitive): {@code Pending} PENDING, {@code Running} RUNNING, {@code Succeeded}
+   * FINISHED, {@code Failed} and {@code Error} FAILED, {@code OOMKilled} KILLED, anything else
+   * UNKNOWN. Container state: waiting with no reason, {@code ContainerCreating} or
+   * {@code PodInitializing} PENDING, waiting for any other reason FAILED, running RUNNING,
+   * terminated with exit code 0 FINISHED, otherwise FAILED, none set UNKNOWN.
+   */
+  public static String applicationState(Pod pod, StateSource source, String stateContainer, PodEvent event) {
+    PodStatus status = pod == null ? null : pod.getStatus();
+    String podState = phaseState(status == null ? null : status.getPhase());
+    String containerState = null;
+    if (source == StateSource.CONTAINER && status != null) {
+      ContainerStatus c = stateContainerStatus(status.getContainerStatuses(), stateContainer);
+      if (c != null) {
+        containerState = containerState(c.getState());
+      }
     }
-    switch (phase.toLowerCase(Locale.ROOT)) {
-      case "succeeded":
-      case "failed":
-      case "error":
-      case "oomkilled":
-        return true;
+    String state;
+    if (containerState != null && isTerminal(containerState)) {
+      state = containerState;
+    } else if (isTerminal(podState)) {
+      state = podState;
+    } else {
+      state = containerState != null ? containerState : podState;
+    }
+    return event == PodEvent.DELETE && !isTerminal(state) ? "FAILED" : state;
+  }
+
+  /** Kyuubi's terminal states: FINISHED, FAILED, KILLED, NOT_FOUND. */
+  public static boolean isTerminal(String state) {
+    return "FINISHED".equals(state) || "FAILED".equals(state) || "KILLED".equals(state) || "NOT_FOUND".equals(state);
+  }
+
+  private static String phaseState(String phase) {
+    if (phase == null) {
+      return "UNKNOWN";
+    }
+    switch (phase) {
+      case "Pending":
+        return "PENDING";
+      case "Running":
+        return "RUNNING";
+      case "Succeeded":
+        return "FINISHED";
+      case "Failed":
+      case "Error":
+        return "FAILED";
+      case "OOMKilled":
+        return "KILLED";
       default:
-        return false;
+        return "UNKNOWN";
     }
   }
 
-  /** {@code terminated.finishedAt} of the current state, else of the last state, else 0. */
-  private static long finishedAt(ContainerStatus c) {
-    if (c == null) {
-      return 0;
+  private static String containerState(ContainerState s) {
+    if (s == null) {
+      return "UNKNOWN";
     }
-    if (c.getState() != null) {
-      long t = finishedAt(c.getState().getTerminated());
-      if (t > 0) {
-        return t;
+    if (s.getWaiting() != null) {
+      String reason = s.getWaiting().getReason() == null ? "" : s.getWaiting().getReason().trim();
+      return reason.isEmpty() || reason.equals("ContainerCreating") || reason.equals("PodInitializing")
+          ? "PENDING"
+          : "FAILED";
+    }
+    if (s.getRunning() != null) {
+      return "RUNNING";
+    }
+    ContainerStateTerminated t = s.getTerminated();
+    if (t == null) {
+      return "UNKNOWN";
+    }
+    return t.getExitCode() != null && t.getExitCode() == 0 ? "FINISHED" : "FAILED";
+  }
+
+  /** The first container status whose name equals {@code stateContainer} ignoring case, or null. */
+  private static ContainerStatus stateContainerStatus(List<ContainerStatus> containers, String stateContainer) {
+    if (containers == null) {
+      return null;
+    }
+    String wanted = stateContainer == null || stateContainer.isEmpty() ? DEFAULT_STATE_CONTAINER : stateContainer;
+    for (ContainerStatus c : containers) {
+      if (c != null && wanted.equalsIgnoreCase(c.getName())) {
+        return c;
       }
     }
-    return c.getLastState() == null ? 0 : finishedAt(c.getLastState().getTerminated());
+    return null;
+  }
+
+  /** {@code terminated.finishedAt} of the current state, else 0 (never the last state). */
+  private static long finishedAt(ContainerStatus c) {
+    return c == null || c.getState() == null ? 0 : finishedAt(c.getState().getTerminated());
   }
 
   private static long finishedAt(ContainerStateTerminated terminated) {

@@ -5,7 +5,7 @@ import java.util.concurrent.{ConcurrentHashMap, ConcurrentLinkedQueue}
 import scala.collection.JavaConverters._
 import scala.util.control.NonFatal
 
-import org.podsweep.testkit.LogicalServer
+import org.podsweep.testkit.FleetServer
 
 /** Which servers said `isLeader` for each scope at `atMillis` (usually one, none during a handoff). */
 final case class LeaderSample(atMillis: Long, leading: Map[String, Seq[String]])
@@ -15,12 +15,12 @@ final case class LeaderSample(atMillis: Long, leading: Map[String, Seq[String]])
  * closed. A server marked stopped (before its `close()`) is no longer asked; a call that throws
  * counts as "not leading".
  */
-final class LeadershipSampler(servers: Seq[LogicalServer], scopes: Seq[String], periodMs: Long) extends AutoCloseable {
+final class LeadershipSampler(servers: Seq[FleetServer], scopes: Seq[String], periodMs: Long) extends AutoCloseable {
   private val queue = new ConcurrentLinkedQueue[LeaderSample]()
   private val stopped = ConcurrentHashMap.newKeySet[String]()
   @volatile private var running = true
 
-  private def leads(s: LogicalServer, ns: String): Boolean =
+  private def leads(s: FleetServer, ns: String): Boolean =
     !stopped.contains(s.name) && (try s.isLeader(ns) catch { case NonFatal(_) => false })
 
   private val thread = new Thread(new Runnable {

@@ -7,16 +7,38 @@ import scala.collection.JavaConverters._
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{DeleteFaults, HaBackend, KyuubiPods, LogCapture, LogicalServer, MockKube, Recorded}
+import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, MockKube, Recorded}
 
 /**
- * The workload, the two phases and the judge shared by the demo and the `deletes_per_pod` bench:
- * phase 1 runs today's Kyuubi cleanup ([[BaselineKyuubiServer]]) on N servers, phase 2 runs N
- * podsweep [[LogicalServer]]s with one leader per scope. Each phase uses its own namespaces
- * (`<prefix>baseline-<i>`, `<prefix>podsweep-<i>`), so one MockKube and one HA service can serve
- * many phases.
+ * The workload, the two phases and the judge shared by the demo, the `deletes_per_pod` bench and
+ * the Kyuubi fleet suite: phase 1 runs today's Kyuubi cleanup on N servers, phase 2 runs N podsweep
+ * servers with one leader per scope. Each phase uses its own namespaces (`<prefix>baseline-<i>`,
+ * `<prefix>podsweep-<i>`), so one MockKube and one HA service can serve many phases.
+ *
+ * Which servers run: with Kyuubi 1.12.0 built (scripts/kyuubi), phase 1 is N stock
+ * `KubernetesApplicationOperation`s and phase 2 N patched ones, each in its own JVM
+ * ([[KyuubiServer]]); otherwise phase 1 is [[BaselineKyuubiServer]] (a model of that class) and
+ * phase 2 N in-process [[LogicalServer]]s. [[PhaseResult.kind]] says which.
  */
 object Phases {
+  /** Phase 1's kind with the real class. */
+  val StockKind: String = KyuubiHome.Stock.label
+  /** Phase 2's kind with the real class and our patch. */
+  val PatchedKind: String = KyuubiHome.Patched.label
+  /** Phase 1's kind without Kyuubi: the model. */
+  val ModelKind = "model"
+  /** Phase 2's kind without Kyuubi: podsweep's Java API fed by fabric8 informers in this JVM. */
+  val LogicalKind = "logical-servers"
+
+  /** The kind phase 1 runs as, and why not the real class when it cannot. */
+  def baselineKind(s: Spec): (String, Option[String]) =
+    if (!s.realKyuubi) (ModelKind, Some("asked for the model"))
+    else KyuubiHome.stockMissing.map(w => (ModelKind, Some(w))).getOrElse((StockKind, None))
+
+  /** The kind phase 2 runs as, and why not the real class when it cannot. */
+  def podsweepKind(s: Spec): (String, Option[String]) =
+    if (!s.realKyuubi) (LogicalKind, Some("asked for logical servers"))
+    else KyuubiHome.patchedMissing.map(w => (LogicalKind, Some(w))).getOrElse((PatchedKind, None))
 
   /**
    * What a phase runs.
@@ -27,7 +49,9 @@ object Phases {
    * @param sweeperConf  extra keys for every podsweep server (e.g. rate limits)
    * @param quietMs      once every driver pod is gone (and, for the baseline, every cache is empty),
    *                     how long no DELETE may arrive before the phase ends; by default the retain
-   *                     period + 2 s
+   *                     period + 2 s (+ 1 s, the check interval, for real Kyuubi)
+   * @param realKyuubi   run Kyuubi's own classes when they are built (see [[Phases]])
+   * @param logDir       where the Kyuubi servers' logs go
    */
   final case class Spec(
       servers: Int,
@@ -39,8 +63,11 @@ object Phases {
       namespacePrefix: String = "",
       sweeperConf: Map[String, String] = Map.empty,
       quietMs: Option[Long] = None,
+      realKyuubi: Boolean = true,
+      logDir: java.nio.file.Path = java.nio.file.Paths.get("target", "kyuubi-logs"),
       progress: String => Unit = _ => ()) {
     def quiet: Long = quietMs.getOrElse(retainMs + 2000)
+    def quietKyuubi: Long = quietMs.getOrElse(retainMs + 3000)
     def namespaces(phase: String): Seq[String] = (0 until scopes).map(i => s"$namespacePrefix$phase-$i")
     def decoys: Int = 4 * scopes
   }
@@ -73,6 +100,7 @@ object Phases {
 
   final case class PhaseResult(
       label: String,
+      kind: String,
       pods: Int,
       deletes: Seq[Recorded],
       byServer: Map[String, Int],
@@ -89,6 +117,7 @@ object Phases {
       startMillis: Long = 0L,
       endMillis: Long = 0L,
       samples: Seq[LeaderSample] = Nil,
+      failedToDelete: Int = 0,
       marks: Seq[Mark] = Nil,
       failover: Option[Failover] = None) {
     def requests: Int = deletes.size
@@ -172,6 +201,7 @@ object Phases {
 
   private def judge(
       label: String,
+      kind: String,
       s: Spec,
       kube: MockKube,
       admin: KubernetesClient,
@@ -188,6 +218,7 @@ object Phases {
     val left = present(admin, nss)
     PhaseResult(
       label = label,
+      kind = kind,
       pods = s.pods,
       deletes = deletes,
       byServer = deletes.groupBy(_.bearer.getOrElse("?")).map { case (k, v) => k -> v.size },
@@ -204,8 +235,64 @@ object Phases {
   // Phase 1: today's Kyuubi on N servers
 
   def baseline(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+    val (kind, why) = baselineKind(s)
+    if (s.realKyuubi) why.foreach(w => s.progress(s"phase 1 runs the model of Kyuubi's cleanup: $w"))
+    if (kind == StockKind) baselineKyuubi(s, kube, admin) else baselineModel(s, kube, admin)
+  }
+
+  /** A WARN or ERROR line of a Kyuubi server's log (pattern `%d %p %c{1}: %m`). */
+  private val Loud = "^\\S+ (WARN|ERROR) .*".r
+
+  private def loudLines(servers: Seq[KyuubiServer]): Int =
+    servers.map(_.log.count(l => Loud.pattern.matcher(l).matches())).sum
+
+  /** N Kyuubi servers of `kind` on the namespaces, started one after the other, as a fleet is. */
+  private def startKyuubi(
+      s: Spec,
+      kind: KyuubiHome.Kind,
+      kube: MockKube,
+      phase: String,
+      nss: Seq[String],
+      extra: Map[String, String]): Seq[KyuubiServer] = {
+    val dir = s.logDir.toAbsolutePath.resolve(s"$phase-${System.currentTimeMillis()}")
+    val started = scala.collection.mutable.ArrayBuffer.empty[KyuubiServer]
+    try {
+      (1 to s.servers).foreach { i =>
+        val name = s"server-$i"
+        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube, nss, s.retainMs) ++ extra, dir)
+      }
+      s.progress(s"${s.servers} ${kind.label} servers started (logs in $dir)")
+      started.toVector
+    } catch {
+      case t: Throwable =>
+        started.foreach(x => scala.util.Try(x.close()))
+        throw t
+    }
+  }
+
+  /** Phase 1 with the real class: N stock KubernetesApplicationOperations, each in its own JVM. */
+  private def baselineKyuubi(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
-    s.progress(s"phase 1 (baseline): ${s.servers} Kyuubi servers, each deleting on its own")
+    s.progress(s"phase 1 (baseline): ${s.servers} stock Kyuubi 1.12.0 servers, each deleting on its own")
+    val servers = startKyuubi(s, KyuubiHome.Stock, kube, "baseline", nss, Map.empty)
+    try {
+      val (drivers, decoys) = createPods(admin, nss, s)
+      val startedAt = System.currentTimeMillis()
+      val w = terminate(admin, drivers, decoys, s.retainMs)
+      s.progress(s"phase 1: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
+      // Once every driver is gone, a DELETE event has armed each server's cache again; the quiet
+      // period (retain + check interval + 2 s) lets those entries expire and send their 404s.
+      settle(kube, nss, quietMs = s.quietKyuubi)(!w.drivers.exists(present(admin, nss)))
+      // Judged before stop(): stock stop() deletes whatever its cache still holds (KYUUBI #6320).
+      judge("baseline (Kyuubi 1.12.0)", StockKind, s, kube, admin, nss, w, loudLines(servers), startedAt)
+        .copy(failedToDelete = servers.map(_.logLines("Failed to delete pod").size).sum, servers = servers.map(_.name))
+    } finally servers.foreach(x => scala.util.Try(x.close()))
+  }
+
+  /** Phase 1 without Kyuubi: the model of its cleanup. */
+  private def baselineModel(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+    val nss = s.namespaces("baseline")
+    s.progress(s"phase 1 (baseline): ${s.servers} Kyuubi servers (model), each deleting on its own")
     // Check threads out of step, spread evenly over one interval, as servers started at different moments.
     val checkMs = 1000L
     val servers = (1 to s.servers).map(i =>
@@ -222,7 +309,8 @@ object Phases {
         !w.drivers.exists(left) && servers.forall(_.pending == 0)
       }
       servers.foreach(_.close())
-      judge("baseline (Kyuubi today)", s, kube, admin, nss, w, servers.map(_.failedLines.get).sum, startedAt)
+      judge("baseline (model)", ModelKind, s, kube, admin, nss, w, servers.map(_.failedLines.get).sum, startedAt)
+        .copy(failedToDelete = servers.map(_.failedLines.get).sum)
     } finally servers.foreach(b => scala.util.Try(b.close()))
   }
 
@@ -231,7 +319,10 @@ object Phases {
 
   def podsweep(s: Spec, kube: MockKube, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
     val nss = s.namespaces("podsweep")
-    s.progress(s"phase 2 (podsweep): ${s.servers} servers, leader per scope elected through ${ha.name}" +
+    val (kind, why) = podsweepKind(s)
+    if (s.realKyuubi) why.foreach(w => s.progress(s"phase 2 runs podsweep in logical servers, not in Kyuubi: $w"))
+    s.progress(s"phase 2 (podsweep): ${s.servers} ${if (kind == PatchedKind) "patched Kyuubi 1.12.0 " else ""}servers, " +
+      s"leader per scope elected through ${ha.name}" +
       (if (s.faults) ", DELETE faults injected" else "") + (if (s.failover) ", failover of the first scope's leader" else ""))
     val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
     // Faults: 403s are retried every 2 s (not 1 min) and backoffs capped at 2 s, so the run ends soon.
@@ -242,18 +333,20 @@ object Phases {
       P + "rateLimit.burst" -> "50")
     val logs = new LogCapture
     val phaseStart = System.currentTimeMillis()
-    val servers = (1 to s.servers).map { i =>
+    val podsweepConf = Map("kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf ++ s.sweeperConf
+    val kyuubi: Seq[KyuubiServer] =
+      if (kind == PatchedKind) startKyuubi(s, KyuubiHome.Patched, kube, "podsweep", nss, podsweepConf) else Nil
+    val servers: Seq[FleetServer] = if (kind == PatchedKind) kyuubi else (1 to s.servers).map { i =>
       val conf = Map(
         "kyuubi.kubernetes.master.address" -> kube.url,
         "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
-        "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> s.retainMs.toString,
-        "kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf ++ s.sweeperConf
+        "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> s.retainMs.toString) ++ podsweepConf
       new LogicalServer(s"server-$i", kube, conf)
     }
     val sampler = new LeadershipSampler(servers, nss, periodMs = 100)
     try {
-      servers.foreach(l => nss.foreach(l.watch))
+      servers.foreach { case l: LogicalServer => nss.foreach(l.watch); case _ => }
       val (drivers, decoys) = createPods(admin, nss, s)
       // Elections start with a scope's first driver pod.
       val electBy = System.currentTimeMillis() + 30000
@@ -290,7 +383,7 @@ object Phases {
           closedOutcomes = OutcomeClasses.map(c => c -> nss.map(ns => victim.status(ns).outcome(c)).sum).toMap
           sampler.markStopped(victim.name)
           val stopAt = System.currentTimeMillis()
-          victim.close()
+          victim.stop()
           val closedAt = System.currentTimeMillis()
           // Who leads each scope the stopped server led, as soon as it does (polled every 2 ms).
           val others = servers.filterNot(_ eq victim)
@@ -305,7 +398,8 @@ object Phases {
           s.progress(s"phase 2: ${victim.name} (leader of ${itsScopes.mkString(", ")}) closed in ${closedAt - stopAt} ms; " +
             taken.toSeq.sorted.map { case (ns, (o, at)) => s"$ns -> ${o} after ${at - stopAt} ms" }.mkString(", ") +
             s" (leaders before: ${led.map(_.name).mkString(", ")})")
-          failover = Some(Failover(scope, victim.name, "graceful close()", stopAt, closedAt,
+          val how = if (kind == PatchedKind) "Kyuubi stop()" else "graceful close()"
+          failover = Some(Failover(scope, victim.name, how, stopAt, closedAt,
             itsScopes.map(ns => Successor(ns, taken.get(ns).map(_._1), taken.get(ns).map(_._2), None))))
           marks :+= Mark(stopAt, s"${victim.name} closed")
           Thread.sleep(1000)
@@ -324,14 +418,16 @@ object Phases {
       val live = servers.filterNot(l => failover.exists(_.stopped == l.name))
       val outcomes = OutcomeClasses.map(c =>
         c -> (live.flatMap(l => nss.map(ns => l.status(ns).outcome(c))).sum + closedOutcomes.getOrElse(c, 0L))).toMap
-      val loud = logs.records.count(_.warnOrError)
+      val loud = logs.records.count(_.warnOrError) + loudLines(kyuubi)
       explainLeaks(s, admin, nss, w, servers, live)
-      val errors = servers.flatMap(_.errors.asScala)
-      if (errors.nonEmpty) s.progress(s"observe threw: ${errors.take(3).mkString("; ")}")
+      val problems = servers.flatMap(_.problems)
+      if (problems.nonEmpty) s.progress(s"server problems: ${problems.take(3).mkString("; ")}")
       sampler.close()
       servers.foreach(l => scala.util.Try(l.close()))
       val endMillis = System.currentTimeMillis()
-      val r = judge(s"podsweep (${ha.name} leader)", s, kube, admin, nss, w, loud, startedAt)
+      val label = if (kind == PatchedKind) s"podsweep (Kyuubi, ${ha.name})" else s"podsweep (${ha.name} leader)"
+      val r = judge(label, kind, s, kube, admin, nss, w, loud, startedAt)
+        .copy(failedToDelete = kyuubi.map(_.logLines("Failed to delete pod").size).sum)
       // The successors' first DELETEs, now that every request is recorded.
       val fo = failover.map(f => f.copy(successors = f.successors.map { x =>
         val first = r.deletes.filter(d => d.pod.exists(_._1 == x.scope) && d.bearer == x.server && d.atMillis >= f.stopAtMillis)
@@ -352,8 +448,8 @@ object Phases {
       admin: KubernetesClient,
       nss: Seq[String],
       w: Workload,
-      servers: Seq[LogicalServer],
-      live: Seq[LogicalServer]): Unit = {
+      servers: Seq[FleetServer],
+      live: Seq[FleetServer]): Unit = {
     val left = present(admin, nss)
     val leaked = w.drivers.filter(left)
     if (leaked.nonEmpty) {
@@ -362,10 +458,13 @@ object Phases {
         val pod = admin.pods().inNamespace(ref.namespace).withName(ref.name).get()
         s.progress(s"  ${ref.namespace}/${ref.name} uid=${pod.getMetadata.getUid} phase=${pod.getStatus.getPhase} " +
           s"terminatedAt=${KyuubiPods.terminatedAtMillis(pod)} rv=${pod.getMetadata.getResourceVersion}")
-        servers.foreach { l =>
-          val seen = l.observed.asScala.filter(o => o.namespace == ref.namespace && o.pod == ref.name)
-            .map(o => s"${o.event}/${o.state}/${o.terminatedAt}").mkString(" ")
-          s.progress(s"    ${l.name} observed: $seen")
+        servers.foreach {
+          case l: LogicalServer =>
+            val seen = l.observed.asScala.filter(o => o.namespace == ref.namespace && o.pod == ref.name)
+              .map(o => s"${o.event}/${o.state}/${o.terminatedAt}").mkString(" ")
+            s.progress(s"    ${l.name} observed: $seen")
+          case k: KyuubiServer => s.progress(s"    ${k.name}: see ${k.logFile}")
+          case _ =>
         }
       }
       nss.foreach(ns => live.foreach(l => s.progress(s"  ${l.name} $ns: ${l.status(ns).json}")))

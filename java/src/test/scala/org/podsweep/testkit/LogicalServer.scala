@@ -25,7 +25,7 @@ final case class Observed(
  * Kyuubi's facts and call `observe`, and its own PodSweeper (own ZooKeeper session, own kube
  * identity: the conf's oauthToken).
  */
-final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, String]) extends AutoCloseable {
+final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, String]) extends FleetServer {
   val sweeper: PodSweeper = PodSweeper.create(conf.asJava, s"$name:10009")
   private val client: KubernetesClient = kube.client(s"informer-$name")
   private val informers = new ConcurrentHashMap[String, SharedIndexInformer[Pod]]()
@@ -75,10 +75,16 @@ final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, St
     }
   }
 
-  def isLeader(namespace: String): Boolean = sweeper.isLeader(null, namespace)
+  override def isLeader(namespace: String): Boolean = sweeper.isLeader(null, namespace)
 
-  def status(namespace: String, context: String = null): ScopeStatus =
+  override def status(namespace: String): ScopeStatus = status(namespace, null)
+
+  def status(namespace: String, context: String): ScopeStatus =
     ScopeStatus.parse(sweeper.scopeStatus(context, namespace))
+
+  override def stop(): Unit = close()
+
+  override def problems: Seq[String] = errors.asScala.toVector.map(e => s"observe threw: $e")
 
   def sawTerminated(namespace: String, pod: String): Boolean =
     observed.asScala.exists(o => o.namespace == namespace && o.pod == pod && KyuubiPods.Terminated(o.state))

@@ -1,0 +1,228 @@
+package org.podsweep.testkit
+
+import java.io.{BufferedReader, File, InputStreamReader, OutputStreamWriter, PrintWriter}
+import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Path}
+import java.util.Properties
+import java.util.concurrent.{LinkedBlockingQueue, TimeUnit}
+
+import scala.collection.JavaConverters._
+import scala.io.Source
+
+import org.podsweep.ScopeStatus
+
+/** Where scripts/kyuubi and sbt left Kyuubi 1.12.0 and the pieces its child JVMs need. */
+object KyuubiHome {
+  private def prop(name: String): Option[File] = Option(System.getProperty(name)).filter(_.nonEmpty).map(new File(_))
+
+  val cache: Option[File] = prop("podsweep.kyuubi.cache")
+  val driverClasses: Option[File] = prop("podsweep.kyuubi.driver")
+  val podsweepClasses: Option[File] = prop("podsweep.classes")
+  /** The libpodsweep.so the patched servers load (sbt's `nativeLibrary`). */
+  val nativeLibrary: Option[File] = prop("podsweep.native.lib")
+
+  def stockJar: Option[File] = cache.map(new File(_, "kyuubi-server.jar")).filter(_.isFile)
+  def patchedJar: Option[File] = cache.map(new File(_, "patched/kyuubi-server.jar")).filter(_.isFile)
+  def runtime: Seq[File] = cache.map(new File(_, "runtime-classpath.txt")).filter(_.isFile).toSeq.flatMap { f =>
+    val s = Source.fromFile(f, "UTF-8")
+    try s.getLines().map(_.trim).filter(_.nonEmpty).map(new File(_)).toVector finally s.close()
+  }
+  private def driverCompiled: Boolean =
+    driverClasses.exists(d => new File(d, "org/podsweep/kyuubi/KyuubiProcess.class").isFile)
+
+  /** Why stock Kyuubi cannot run here, or None when it can. */
+  def stockMissing: Option[String] =
+    if (stockJar.isEmpty) Some("Kyuubi 1.12.0 is not built (scripts/kyuubi)")
+    else if (runtime.isEmpty) Some("Kyuubi's runtime classpath is missing (scripts/kyuubi)")
+    else if (!driverCompiled) Some("the Kyuubi driver is not compiled (sbt kyuubiDriver/compile)")
+    else None
+
+  /** Why patched Kyuubi cannot run here, or None when it can. */
+  def patchedMissing: Option[String] = stockMissing.orElse {
+    if (patchedJar.isEmpty) Some("the patched Kyuubi is not built (scripts/kyuubi patched)")
+    else if (!nativeLibrary.exists(_.isFile)) Some(s"no native library at ${nativeLibrary.orNull} (scripts/package)")
+    else None
+  }
+
+  /** Which KubernetesApplicationOperation a server runs. */
+  sealed abstract class Kind(val label: String)
+  /** Kyuubi 1.12.0 as released. */
+  case object Stock extends Kind("kyuubi-1.12.0")
+  /** Kyuubi 1.12.0 with java/kyuubi/kyuubi-1.12.0-podsweep.diff. */
+  case object Patched extends Kind("kyuubi-1.12.0+podsweep")
+}
+
+/** What a Kyuubi server answered to `getApplicationInfoByTag`. */
+final case class KyuubiAppInfo(state: String, podName: Option[String], id: Option[String], name: Option[String])
+
+/**
+ * One Kyuubi server: Kyuubi 1.12.0's `KubernetesApplicationOperation` (stock or patched) in its
+ * own JVM, as a real deployment runs one per server, driven by `org.podsweep.kyuubi.KyuubiProcess`.
+ * Its log (log4j2 through Kyuubi's own logging, podsweep's native log routed to the same place)
+ * goes to `logFile`.
+ *
+ * @param conf the server's KyuubiConf entries
+ */
+final class KyuubiServer(
+    val name: String,
+    val kind: KyuubiHome.Kind,
+    conf: Map[String, String],
+    logDir: Path,
+    heapMb: Int = 256) extends FleetServer {
+  import KyuubiServer._
+
+  val logFile: Path = logDir.resolve(s"$name.log")
+  private val process: Process = {
+    val why = if (kind == KyuubiHome.Stock) KyuubiHome.stockMissing else KyuubiHome.patchedMissing
+    why.foreach(w => throw new IllegalStateException(s"cannot start $name (${kind.label}): $w"))
+    Files.createDirectories(logDir)
+    val props = new Properties()
+    conf.foreach { case (k, v) => props.setProperty(k, v) }
+    val confFile = logDir.resolve(s"$name.properties")
+    val w = Files.newBufferedWriter(confFile, StandardCharsets.UTF_8)
+    try props.store(w, s"KyuubiConf of $name") finally w.close()
+    val log4j = logDir.resolve(s"$name-log4j2.properties")
+    Files.write(log4j, log4jConfig(logFile).getBytes(StandardCharsets.UTF_8))
+    val serverJar = if (kind == KyuubiHome.Stock) KyuubiHome.stockJar.get else KyuubiHome.patchedJar.get
+    val podsweep = if (kind == KyuubiHome.Patched) KyuubiHome.podsweepClasses.toSeq else Nil
+    val cp = (KyuubiHome.driverClasses.toSeq ++ podsweep ++ Seq(serverJar) ++ KyuubiHome.runtime)
+      .map(_.getAbsolutePath).mkString(File.pathSeparator)
+    val java = new File(new File(System.getProperty("java.home"), "bin"), "java").getAbsolutePath
+    val cmd = Seq(java, s"-Xmx${heapMb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+      s"-Dlog4j2.configurationFile=${log4j.toAbsolutePath}",
+      s"-Dpodsweep.native.path=${KyuubiHome.nativeLibrary.map(_.getAbsolutePath).getOrElse("")}",
+      "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess", confFile.toAbsolutePath.toString)
+    new ProcessBuilder(cmd: _*)
+      .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))
+      .start()
+  }
+  private val replies = new LinkedBlockingQueue[String]()
+  private val reader = {
+    val t = new Thread(() => {
+      val in = new BufferedReader(new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
+      var line = in.readLine()
+      while (line != null) { replies.put(line); line = in.readLine() }
+      replies.put(Eof)
+    }, s"kyuubi-$name-stdout")
+    t.setDaemon(true)
+    t.start()
+    t
+  }
+  private val stdin = new PrintWriter(new OutputStreamWriter(process.getOutputStream, StandardCharsets.UTF_8), true)
+
+  /** podsweep's server id (patched), or None (stock, or podsweep off). */
+  val serverId: Option[String] = {
+    val ready = reply("READY", StartTimeoutMs)
+    Some(ready.stripPrefix("READY").trim).filter(s => s.nonEmpty && s != "-")
+  }
+
+  @volatile private var ended = false
+
+  def alive: Boolean = process.isAlive
+
+  private def reply(prefix: String, timeoutMs: Long): String = {
+    val line = replies.poll(timeoutMs, TimeUnit.MILLISECONDS)
+    if (line == null) throw new IllegalStateException(s"$name: no $prefix within $timeoutMs ms (log: $logFile)")
+    if (line == Eof) throw new IllegalStateException(s"$name exited (status ${scala.util.Try(process.exitValue()).getOrElse("?")}; log: $logFile)")
+    if (!line.startsWith(prefix)) throw new IllegalStateException(s"$name: expected $prefix, got: $line")
+    line
+  }
+
+  private def ask(command: String, prefix: String): String = synchronized {
+    stdin.println(command)
+    reply(prefix, CommandTimeoutMs).stripPrefix(prefix).trim
+  }
+
+  /** Kyuubi's `getApplicationInfoByTag` for the tag in scope `(context, namespace)`. */
+  def appInfo(context: Option[String], namespace: Option[String], tag: String): KyuubiAppInfo = {
+    val parts = ask(s"info ${context.getOrElse("-")} ${namespace.getOrElse("-")} $tag", "INFO").split("\t", -1)
+    def o(i: Int) = Some(parts(i)).filter(_ != "-")
+    KyuubiAppInfo(parts(0), o(1), o(2), o(3))
+  }
+
+  /** podsweep's status of every scope this server has seen (empty for stock Kyuubi). */
+  def status(): Seq[ScopeStatus] = ScopeStatus.parseAll(ask("status", "STATUS")).asScala.toVector
+
+  /** The status of one scope, if this server has seen it. */
+  def statusOf(namespace: String): Option[ScopeStatus] = status().find(_.string("namespace") == namespace)
+
+  /** The status of one scope; an empty one if this server has not seen it. */
+  override def status(namespace: String): ScopeStatus = statusOf(namespace).getOrElse(ScopeStatus.parse("{}"))
+
+  override def isLeader(namespace: String): Boolean = statusOf(namespace).exists(_.number("leader") == 1)
+
+  /** The patch's own complaints: podsweep refused an event, or did not start. */
+  override def problems: Seq[String] = logLines("podsweep did not")
+
+  /** Kyuubi's own state mapping of the pods in `podsJson`, written to `out` (see KyuubiProcess). */
+  def mapStates(podsJson: Path, out: Path): Int = ask(s"map $podsJson $out", "MAPPED").toInt
+
+  /** `KubernetesApplicationOperation.stop()`, then the JVM exits. */
+  override def stop(): Unit = if (!ended && process.isAlive) {
+    ask("stop", "STOPPED")
+    ended = true
+    process.waitFor(30, TimeUnit.SECONDS)
+  }
+
+  /** SIGKILL: the server dies without stopping anything. */
+  def kill(): Unit = {
+    ended = true
+    process.destroyForcibly()
+    process.waitFor(30, TimeUnit.SECONDS)
+  }
+
+  /** The server's log so far. */
+  def log: Seq[String] =
+    if (Files.isRegularFile(logFile)) Files.readAllLines(logFile, StandardCharsets.UTF_8).asScala.toVector else Nil
+
+  /** Lines of this server's log containing `text`. */
+  def logLines(text: String): Seq[String] = log.filter(_.contains(text))
+
+  override def close(): Unit = {
+    scala.util.Try(stop())
+    if (process.isAlive) kill()
+  }
+
+  override def toString: String = s"$name(${kind.label})"
+}
+
+object KyuubiServer {
+  private val Eof = "\u0000EOF"
+  private val StartTimeoutMs = 120000L
+  private val CommandTimeoutMs = 60000L
+
+  /** log4j2: everything at INFO and above (DEBUG for podsweep) to one file. */
+  private def log4jConfig(file: Path): String =
+    s"""status = error
+       |appender.file.type = File
+       |appender.file.name = file
+       |appender.file.fileName = ${file.toAbsolutePath}
+       |appender.file.layout.type = PatternLayout
+       |appender.file.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+       |rootLogger.level = info
+       |rootLogger.appenderRef.file.ref = file
+       |""".stripMargin
+
+  /**
+   * A KyuubiConf for a test server on the fabric8 mock: the mock's URL, a bearer token naming the
+   * server (so the mock attributes its requests), the scopes' clients and informers created at
+   * start, the app URL taken from the pod (one informer per scope, no Service informer), and the
+   * frontend host naming the server (podsweep's server id).
+   */
+  def conf(
+      name: String,
+      kube: MockKube,
+      namespaces: Seq[String],
+      retainMs: Long,
+      kind: String = "ALL",
+      checkIntervalMs: Long = 1000L): Map[String, String] = Map(
+    "kyuubi.kubernetes.master.address" -> kube.url,
+    "kyuubi.kubernetes.authenticate.oauthToken" -> name,
+    "kyuubi.kubernetes.client.initialize.list" -> namespaces.map(ns => s":$ns").mkString(","),
+    "kyuubi.kubernetes.spark.appUrlPattern" -> "http://{{SPARK_DRIVER_POD_IP}}:{{SPARK_UI_PORT}}",
+    "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> kind,
+    "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> retainMs.toString,
+    "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.checkInterval" -> checkIntervalMs.toString,
+    "kyuubi.frontend.advertised.host" -> name,
+    "kyuubi.frontend.protocols" -> "THRIFT_BINARY")
+}
