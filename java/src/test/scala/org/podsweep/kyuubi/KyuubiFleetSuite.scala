@@ -1,0 +1,175 @@
+package org.podsweep.kyuubi
+
+import java.nio.file.{Files, Path}
+import java.time.Instant
+import java.time.temporal.ChronoUnit
+
+import scala.collection.JavaConverters._
+
+import io.fabric8.kubernetes.api.model.Pod
+import io.fabric8.kubernetes.client.KubernetesClient
+import org.podsweep.demo.Phases
+import org.podsweep.testkit.{HaBackend, KyuubiAppInfo, KyuubiHome, KyuubiPods, KyuubiServer, MockKube}
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.concurrent.Eventually._
+import org.scalatest.funsuite.AnyFunSuite
+import org.scalatest.time.{Millis, Seconds, Span}
+
+/**
+ * Kyuubi 1.12.0's own `KubernetesApplicationOperation` on the fabric8 mock, each server in its own
+ * JVM: the patched class (podsweep) against real ZooKeeper and etcd, and the stock class as the
+ * baseline. Cancelled when Kyuubi is not built (scripts/kyuubi patched).
+ */
+class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
+  implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(60, Seconds), Span(100, Millis))
+
+  private var kube: MockKube = _
+  private var admin: KubernetesClient = _
+  private lazy val logDir: Path = Files.createTempDirectory("podsweep-kyuubi-fleet-")
+
+  override protected def beforeAll(): Unit = {
+    super.beforeAll()
+    kube = new MockKube
+    admin = kube.client("suite-admin")
+  }
+
+  override protected def afterAll(): Unit = {
+    try {
+      if (admin != null) admin.close()
+      if (kube != null) kube.close()
+    } finally super.afterAll()
+  }
+
+  private def needPatched(): Unit = KyuubiHome.patchedMissing.foreach(why => cancel(why))
+  private def needStock(): Unit = KyuubiHome.stockMissing.foreach(why => cancel(why))
+
+  private def spec(prefix: String): Phases.Spec =
+    Phases.Spec(servers = 3, scopes = 1, pods = 30, retainMs = 2000, namespacePrefix = prefix,
+      logDir = logDir, progress = m => info(m))
+
+  for (backend <- HaBackend.Names) {
+    test(s"three patched Kyuubi servers on one namespace ($backend): one DELETE per pod, no 404, no 'Failed to delete pod'") {
+      needPatched()
+      val ha = HaBackend.start(backend)
+      try {
+        val r = Phases.podsweep(spec(s"fleet-$backend-"), kube, admin, ha)
+        assert(r.kind == Phases.PatchedKind)
+        assert(r.requests == r.pods, s"DELETE requests ${r.requests} for ${r.pods} pods")
+        assert(r.code(200) == r.pods && r.code(404) == 0 && r.otherCodes == 0, r.deletes.map(_.status).groupBy(identity).mapValues(_.size))
+        assert(r.duplicates == 0 && r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0)
+        assert(r.failedToDelete == 0, "'Failed to delete pod' lines in the patched servers' logs")
+        assert(r.loudLines == 0, "WARN/ERROR lines in the patched servers' logs")
+        assert(r.leaders.values.forall(l => l.nonEmpty && !l.contains(",")), r.leaders)
+      } finally ha.close()
+    }
+  }
+
+  test("three stock Kyuubi servers on one namespace: the baseline (several DELETEs per pod, each extra one a 404 'Failed to delete pod')") {
+    needStock()
+    val r = Phases.baseline(spec("fleet-stock-"), kube, admin)
+    assert(r.kind == Phases.StockKind)
+    info(f"stock Kyuubi 1.12.0, 3 servers: ${r.perPod}%.2f DELETE requests per pod (${r.requests} for ${r.pods} pods, " +
+      s"${r.code(404)} answered 404, ${r.failedToDelete} 'Failed to delete pod' lines)")
+    assert(r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0)
+    assert(r.code(200) == r.pods)
+    // Every server deletes every pod once, and the DELETE events arm the caches again: at least N+1.
+    assert(r.perPod >= 4.0, f"${r.perPod}%.2f DELETEs per pod")
+    assert(r.code(404) == r.requests - r.pods && r.failedToDelete == r.code(404))
+  }
+
+  test("a patched leader's stop() sends no DELETE; another server takes over on the old clock") {
+    needPatched()
+    val ha = HaBackend.start("zookeeper")
+    val ns = "fleet-takeover"
+    val retainMs = 10000L
+    val servers = (1 to 3).map { i =>
+      val name = s"server-$i"
+      new KyuubiServer(name, KyuubiHome.Patched,
+        KyuubiServer.conf(name, kube, Seq(ns), retainMs) ++ ha.kyuubiConf + ("kyuubi.ha.namespace" -> "kyuubi-takeover"),
+        logDir)
+    }
+    try {
+      val pods = (0 until 12).map(i => admin.pods().inNamespace(ns).resource(KyuubiPods.driver(f"driver-$i%02d")).create())
+      val leader = eventually(servers.filter(_.isLeader(ns)) match {
+        case Seq(one) => one
+        case other => fail(s"leaders: $other")
+      })
+      val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
+      pods.foreach(p => admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(p, succeeded = true, at)).updateStatus())
+      val deadline = at.toEpochMilli + retainMs
+      // Every server has seen the terminations before the leader stops.
+      eventually(servers.foreach(s => assert(s.status(ns).tracked == pods.size, s.status(ns))))
+      Thread.sleep(math.max(0L, deadline - 6000L - System.currentTimeMillis()))
+      val stopAt = System.currentTimeMillis()
+      leader.stop()
+      val successor = eventually(servers.filterNot(_ eq leader).filter(_.isLeader(ns)) match {
+        case Seq(one) => one
+        case other => fail(s"leaders after stop: $other")
+      })
+      eventually(timeout(Span(retainMs + 20000, Millis)))(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
+      Thread.sleep(2000)
+      val deletes = kube.podDeletes(ns)
+      assert(!deletes.exists(_.bearer.contains(leader.name)), "the stopped leader sent DELETEs")
+      assert(deletes.size == pods.size && deletes.forall(_.status == 200), deletes)
+      assert(deletes.forall(_.bearer.contains(successor.name)))
+      // The old clock: nothing before the deadline, and not one retain period after the takeover.
+      assert(deletes.forall(d => d.atMillis >= deadline && d.atMillis < stopAt + retainMs - 2000),
+        s"deadline $deadline, stop at $stopAt, DELETEs at ${deletes.map(_.atMillis).sorted}")
+    } finally {
+      servers.foreach(s => scala.util.Try(s.close()))
+      ha.close()
+    }
+  }
+
+  test("getApplicationInfoByTag answers the same with and without the patch (running, finished, failed, deleted pods)") {
+    needPatched()
+    val retainMs = 3000L
+    val roles = Seq("running", "finished", "failed", "deleted")
+    // The same workload in two namespaces: one watched by a stock server, one by a patched one.
+    def setup(kind: KyuubiHome.Kind, ns: String): (KyuubiServer, Map[String, Pod]) = {
+      val name = if (kind == KyuubiHome.Stock) "answers-stock" else "answers-patched"
+      val server = new KyuubiServer(name, kind, KyuubiServer.conf(name, kube, Seq(ns), retainMs), logDir)
+      val pods = roles.map(r => r -> admin.pods().inNamespace(ns)
+        .resource(KyuubiPods.driver(s"driver-$r", tag = s"$ns-$r")).create()).toMap
+      (server, pods)
+    }
+    val (stock, stockPods) = setup(KyuubiHome.Stock, "answers-stock")
+    val (patched, patchedPods) = setup(KyuubiHome.Patched, "answers-patched")
+    def answers(s: KyuubiServer, ns: String): Map[String, KyuubiAppInfo] =
+      roles.map(r => r -> s.appInfo(None, Some(ns), s"$ns-$r")).toMap
+    // Compared field by field; the app id and name differ only by the tag each namespace's pods carry.
+    def same(step: String, expected: Map[String, String]): Unit = eventually {
+      val a = answers(stock, "answers-stock")
+      val b = answers(patched, "answers-patched")
+      roles.foreach { r =>
+        assert(a(r).state == expected(r) && b(r).state == expected(r), s"$step/$r: stock ${a(r)}, patched ${b(r)}")
+        assert(a(r).podName == b(r).podName, s"$step/$r: stock ${a(r)}, patched ${b(r)}")
+        assert(a(r).id.map(_.take(6)) == b(r).id.map(_.take(6)) && a(r).name == b(r).name, s"$step/$r: stock ${a(r)}, patched ${b(r)}")
+      }
+    }
+    try {
+      same("created", roles.map(_ -> "RUNNING").toMap)
+      val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
+      Seq(("answers-stock", stockPods), ("answers-patched", patchedPods)).foreach { case (ns, pods) =>
+        admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(pods("finished"), succeeded = true, at)).updateStatus()
+        admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(pods("failed"), succeeded = false, at)).updateStatus()
+        admin.pods().inNamespace(ns).withName("driver-deleted").delete()
+      }
+      same("terminated", Map("running" -> "RUNNING", "finished" -> "FINISHED", "failed" -> "FAILED", "deleted" -> "FAILED"))
+      // Each cleaner deletes the finished and failed pods after the retain period.
+      Seq("answers-stock", "answers-patched").foreach { ns =>
+        eventually(assert(admin.pods().inNamespace(ns).list().getItems.asScala.map(_.getMetadata.getName) == Seq("driver-running")))
+      }
+      // The app info of a terminated pod lives until its retain-period entry expires; a DELETE event
+      // that finds no entry arms another one. Between the DELETE and that expiry the two servers may
+      // differ (podsweep deletes at finishedAt + retain, the stock cache one check interval after
+      // its own entry expired); two retain periods later both have evicted everything.
+      Thread.sleep(2 * retainMs + 2000)
+      same("evicted", Map("running" -> "RUNNING", "finished" -> "NOT_FOUND", "failed" -> "NOT_FOUND", "deleted" -> "NOT_FOUND"))
+      assert(kube.podDeletes("answers-patched").forall(_.status == 200))
+    } finally {
+      stock.close()
+      patched.close()
+    }
+  }
+}
