@@ -121,6 +121,58 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     }
   }
 
+  /** Creates `n` driver pods in `ns`, terminates them (Succeeded) and returns their names. */
+  private def terminatedDrivers(ns: String, n: Int): Seq[String] = {
+    val pods = (0 until n).map(i => admin.pods().inNamespace(ns).resource(KyuubiPods.driver(f"driver-$i%02d")).create())
+    val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
+    pods.foreach(p => admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(p, succeeded = true, at)).updateStatus())
+    pods.map(_.getMetadata.getName)
+  }
+
+  test("a whole patched Kyuubi server with its private embedded ZooKeeper: podsweep cleans locally, with a WARN") {
+    needPatched()
+    val ns = "fleet-embedded"
+    val dir = logDir.resolve("embedded")
+    Files.createDirectories(dir)
+    // No kyuubi.ha.addresses: KyuubiServer.startServer starts its embedded ZooKeeper.
+    val conf = KyuubiServer.conf("embedded", kube, Seq(ns), 2000) ++ Map(
+      "kyuubi.frontend.bind.host" -> "127.0.0.1",
+      "kyuubi.frontend.thrift.binary.bind.port" -> "0",
+      "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$dir/metadata.db",
+      "kyuubi.zookeeper.embedded.client.port" -> "0",
+      "kyuubi.zookeeper.embedded.data.dir" -> s"$dir/zookeeper",
+      "kyuubi.metrics.enabled" -> "false")
+    val server = new KyuubiServer("embedded", KyuubiHome.Patched, conf, dir, heapMb = 512, wholeServer = true)
+    try {
+      assert(server.serverId.isDefined, "podsweep did not start in the whole server")
+      val names = terminatedDrivers(ns, 5)
+      eventually(assert(server.status(ns).backend == "local", server.status(ns)))
+      eventually(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
+      Thread.sleep(1000)
+      assert(kube.podDeletes(ns).map(_.pod.get._2).sorted == names.sorted, kube.podDeletes(ns))
+      assert(server.log.exists(l => l.contains(" WARN ") && l.contains("embedded ZooKeeper")), "no WARN about the embedded ZooKeeper")
+    } finally server.close()
+  }
+
+  test("podsweep switched off (podsweep.enabled=false): the patched class cleans as stock Kyuubi does") {
+    needPatched()
+    val ns = "fleet-switched-off"
+    val conf = KyuubiServer.conf("switched-off", kube, Seq(ns), 2000) +
+      ("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.podsweep.enabled" -> "false")
+    val server = new KyuubiServer("switched-off", KyuubiHome.Patched, conf, logDir)
+    try {
+      assert(server.serverId.isEmpty && server.status().isEmpty, "podsweep runs although switched off")
+      val names = terminatedDrivers(ns, 5)
+      eventually(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
+      // Stock behaviour: the DELETE event arms the cache again, and one retain period later the
+      // pod is deleted a second time (404, "Failed to delete pod").
+      eventually(assert(kube.podDeletes(ns).count(_.status == 404) == names.size))
+      assert(kube.podDeletes(ns).count(_.status == 200) == names.size)
+      assert(server.logLines("Failed to delete pod").size == names.size)
+      assert(server.logLines("podsweep is off").nonEmpty)
+    } finally server.close()
+  }
+
   test("getApplicationInfoByTag answers the same with and without the patch (running, finished, failed, deleted pods)") {
     needPatched()
     val retainMs = 3000L

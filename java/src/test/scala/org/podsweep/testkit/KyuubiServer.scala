@@ -61,14 +61,17 @@ final case class KyuubiAppInfo(state: String, podName: Option[String], id: Optio
  * Its log (log4j2 through Kyuubi's own logging, podsweep's native log routed to the same place)
  * goes to `logFile`.
  *
- * @param conf the server's KyuubiConf entries
+ * @param conf        the server's KyuubiConf entries
+ * @param wholeServer start a whole Kyuubi server (`KyuubiServer.startServer`) and drive the
+ *                    class its application manager loaded, instead of the class alone
  */
 final class KyuubiServer(
     val name: String,
     val kind: KyuubiHome.Kind,
     conf: Map[String, String],
     logDir: Path,
-    heapMb: Int = 256) extends FleetServer {
+    heapMb: Int = 256,
+    wholeServer: Boolean = false) extends FleetServer {
   import KyuubiServer._
 
   val logFile: Path = logDir.resolve(s"$name.log")
@@ -91,7 +94,8 @@ final class KyuubiServer(
     val cmd = Seq(java, s"-Xmx${heapMb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
       s"-Dlog4j2.configurationFile=${log4j.toAbsolutePath}",
       s"-Dpodsweep.native.path=${KyuubiHome.nativeLibrary.map(_.getAbsolutePath).getOrElse("")}",
-      "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess", confFile.toAbsolutePath.toString)
+      "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++
+      (if (wholeServer) Seq("--server") else Nil) ++ Seq(confFile.toAbsolutePath.toString)
     new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))
       .start()

@@ -21,7 +21,9 @@ import org.apache.kyuubi.engine.{ApplicationManagerInfo, KubernetesApplicationOp
  * Started with the path of a properties file holding the server's KyuubiConf. It calls
  * `initialize(conf, None)` (the `kyuubi.kubernetes.client.initialize.list` entries get their
  * client and informer at once), prints `READY <podsweep server id or ->` and then answers one
- * line per command:
+ * line per command. With `--server` before the path it starts a whole Kyuubi server instead
+ * (`KyuubiServer.startServer`: frontends, metadata store, the embedded ZooKeeper when no HA
+ * address is set) and drives the class that server's application manager loaded.
  *
  *  - `info <ctx> <ns> <tag>` -> `INFO <state>\t<pod name>\t<app id>\t<app name>`, from
  *    `getApplicationInfoByTag` (`-` stands for an absent context or namespace, and for an absent value);
@@ -36,15 +38,22 @@ object KyuubiProcess {
   def main(args: Array[String]): Unit = {
     val out = new PrintStream(new FileOutputStream(FileDescriptor.out), true, "UTF-8")
     System.setOut(System.err)
-    require(args.length == 1, "usage: KyuubiProcess <kyuubi-conf.properties>")
+    val (wholeServer, confPath) = args.toList match {
+      case "--server" :: path :: Nil => (true, path)
+      case path :: Nil => (false, path)
+      case _ => throw new IllegalArgumentException("usage: KyuubiProcess [--server] <kyuubi-conf.properties>")
+    }
     val props = new Properties()
-    val in = new FileInputStream(args(0))
+    val in = new FileInputStream(confPath)
     try props.load(new InputStreamReader(in, StandardCharsets.UTF_8)) finally in.close()
     val conf = new KyuubiConf(false)
     props.stringPropertyNames().asScala.foreach(k => conf.set(k, props.getProperty(k)))
 
-    val op = new KubernetesApplicationOperation()
-    op.initialize(conf, None)
+    val op = if (wholeServer) serverOperation(conf) else {
+      val o = new KubernetesApplicationOperation()
+      o.initialize(conf, None)
+      o
+    }
     val sweeper = podSweeper(op)
     out.println("READY " + sweeper.map(call(_, "serverId")).getOrElse("-"))
 
@@ -75,6 +84,22 @@ object KyuubiProcess {
     // stdin closed: the parent went away; stop as a server would on shutdown.
     op.stop()
     System.exit(0)
+  }
+
+  /**
+   * Starts a Kyuubi server and returns the KubernetesApplicationOperation its application manager
+   * loaded (reached by reflection: the accessors are private to Kyuubi's packages).
+   */
+  private def serverOperation(conf: KyuubiConf): KubernetesApplicationOperation = {
+    org.apache.kyuubi.server.KyuubiServer.startServer(conf)
+    def get(target: AnyRef, name: String): AnyRef = target.getClass.getMethod(name).invoke(target)
+    val module = Class.forName("org.apache.kyuubi.server.KyuubiServer$").getField("MODULE$").get(null)
+    val server = get(module, "kyuubiServer")
+    val manager = get(get(get(server, "backendService"), "sessionManager"), "applicationManager")
+    get(manager, "getKubernetesApplicationOperation") match {
+      case Some(op: KubernetesApplicationOperation) => op
+      case other => throw new IllegalStateException(s"no KubernetesApplicationOperation in the server: $other")
+    }
   }
 
   private def opt(s: String): Option[String] = if (s == "-") None else Some(s)
