@@ -10,21 +10,25 @@ import org.podsweep.testkit.{MockKube, ZooKeeperBackend}
 
 /**
  * `deletes_per_pod`: DELETE requests per terminated driver pod that reach the mock API server, for
- * N servers on one scope, podsweep (N LogicalServers, leader elected through ZooKeeper on a
- * Curator TestingServer) vs the baseline (N BaselineKyuubiServer, kind ALL, a model of today's
- * Kyuubi). Same workload and judge as the demo ([[Phases]]); one ZooKeeper and one mock API
- * server for the whole bench, fresh namespaces per N and phase. One line per N.
+ * N servers on one scope, podsweep vs the baseline, kind ALL. With Kyuubi 1.12.0 built
+ * (scripts/kyuubi) both sides are Kyuubi's own KubernetesApplicationOperation, one JVM per
+ * server: N patched (leader elected through ZooKeeper on a Curator TestingServer) and N stock;
+ * otherwise N LogicalServers vs N BaselineKyuubiServers (a model). Same workload and judge as the
+ * demo ([[Phases]]); one ZooKeeper and one mock API server for the whole bench, fresh namespaces
+ * per N and phase. One line per N; `kind` in each half says what ran.
  *
- * To keep the bench near two minutes, the two phases of one N run side by side (their own
- * namespaces and servers; what is counted does not depend on timing), podsweep's DELETE rate
- * limit is raised to 100/s and a phase ends 1.5 s after the last DELETE once its pods are gone
- * (the baseline also waits for every server's cache to be empty, so its 404 round is counted).
+ * podsweep's DELETE rate limit is raised to 100/s (it changes when DELETEs go, not how many). The
+ * phases of one N run one after the other with real Kyuubi, whose count depends on timing (how
+ * DELETE events and the check threads interleave); the model's phases run side by side.
  */
 object DeletesPerPodBench {
-  val BaselineNote: String =
-    "baseline is BaselineKyuubiServer, a model of Kyuubi's per-server cleanup (Guava cache, check thread, " +
-      "delete by name): org.apache.kyuubi:kyuubi-server_2.12 is not served by the Maven registry reachable " +
-      "here (404 for 1.10.0-1.11.0)"
+  def baselineNote(kind: String): String =
+    if (kind == Phases.StockKind)
+      "baseline is Kyuubi 1.12.0's own KubernetesApplicationOperation (stock, built from the source release), " +
+        "one JVM per server, check interval 1 s"
+    else
+      "baseline is BaselineKyuubiServer, a model of Kyuubi's per-server cleanup (Guava cache, check thread, " +
+        "delete by name), because Kyuubi 1.12.0 is not built here (scripts/kyuubi)"
 
   def run(smoke: Boolean): Unit = {
     val sizes = if (smoke) Seq(1, 2) else Seq(1, 2, 3, 5, 8)
@@ -47,15 +51,21 @@ object DeletesPerPodBench {
           retainMs = retainMs,
           namespacePrefix = s"dpp-n$n-",
           sweeperConf = Map(P + "rateLimit.qps" -> qps.toString, P + "rateLimit.burst" -> qps.toString),
-          quietMs = Some(1500L),
+          quietMs = if (Phases.baselineKind(Phases.Spec(1, 1, 1, retainMs))._1 == Phases.StockKind) None else Some(1500L),
+          logDir = java.nio.file.Paths.get("target", "kyuubi-logs", "deletes_per_pod"),
           progress = m => BenchOut.progress(s"deletes_per_pod N=$n: $m"))
-        val pool = Executors.newFixedThreadPool(2)
-        val (p, b) = try {
-          val baseline = pool.submit(new Callable[Phases.PhaseResult] {
-            override def call(): Phases.PhaseResult = Phases.baseline(spec, kube, admin)
-          })
-          (Phases.podsweep(spec, kube, admin, ha), baseline.get())
-        } finally pool.shutdownNow()
+        val (p, b) = if (Phases.baselineKind(spec)._1 == Phases.StockKind) {
+          val b = Phases.baseline(spec, kube, admin)
+          (Phases.podsweep(spec, kube, admin, ha), b)
+        } else {
+          val pool = Executors.newFixedThreadPool(2)
+          try {
+            val baseline = pool.submit(new Callable[Phases.PhaseResult] {
+              override def call(): Phases.PhaseResult = Phases.baseline(spec, kube, admin)
+            })
+            (Phases.podsweep(spec, kube, admin, ha), baseline.get())
+          } finally pool.shutdownNow()
+        }
         val seconds = (System.nanoTime() - t0) / 1e9
         BenchOut.line("deletes_per_pod",
           "servers" -> n,
@@ -63,6 +73,7 @@ object DeletesPerPodBench {
           "pods" -> pods,
           "retain_ms" -> retainMs,
           "podsweep" -> ListMap(
+            "kind" -> p.kind,
             "backend" -> ha.name,
             "rate_limit_qps" -> qps,
             "delete_requests" -> p.requests,
@@ -74,16 +85,17 @@ object DeletesPerPodBench {
             "warn_error_lines" -> p.loudLines,
             "seconds" -> p.seconds),
           "baseline" -> ListMap(
-            "kind" -> "model",
+            "kind" -> b.kind,
             "delete_requests" -> b.requests,
             "deletes_per_pod" -> b.perPod,
             "not_found_404" -> b.code(404),
             "warn_lines" -> b.loudLines,
+            "failed_to_delete_lines" -> b.failedToDelete,
             "leaked" -> b.leaked,
             "wrongful" -> b.wrongful,
             "seconds" -> b.seconds),
           "seconds" -> seconds,
-          "baseline_note" -> BaselineNote)
+          "baseline_note" -> baselineNote(b.kind))
       } finally {
         admin.close()
         kube.close()

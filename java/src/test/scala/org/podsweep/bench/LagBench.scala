@@ -3,8 +3,8 @@ package org.podsweep.bench
 import scala.collection.JavaConverters._
 
 import org.apache.curator.test.TestingServer
-import org.podsweep.demo.BaselineKyuubiServer
-import org.podsweep.testkit.ZooKeeperBackend
+import org.podsweep.demo.{BaselineKyuubiServer, Phases}
+import org.podsweep.testkit.{KyuubiHome, KyuubiServer, ZooKeeperBackend}
 
 /**
  * `lag`: pods whose deadlines (container `finishedAt` + retain period) fall within one minute;
@@ -20,9 +20,10 @@ import org.podsweep.testkit.ZooKeeperBackend
  *  1. podsweep, one server (the scope's leader, elected through a Curator TestingServer at
  *     Kyuubi's default session timeout), DELETE rate limit raised to `RaisedQps` (the default
  *     10 qps cannot drain 10,000 pods a minute);
- *  2. the baseline: `BaselineKyuubiServer`, a model of today's KubernetesApplicationOperation
- *     (Guava cache expiring `retain` after the server observes the termination, `cleanUp()`
- *     every check interval, Kyuubi's default 1 min) -- Kyuubi's own jar is not used;
+ *  2. the baseline: Kyuubi 1.12.0's own KubernetesApplicationOperation (stock, in its own JVM;
+ *     its Guava cache expires `retain` after the server observes the termination, `cleanUp()`
+ *     runs every check interval, Kyuubi's default 1 min); when Kyuubi is not built
+ *     (scripts/kyuubi), `BaselineKyuubiServer`, a model of that class, and the line says so;
  *  3. podsweep at its default rate limit (10 qps, burst 20) on fewer pods, 10 a second.
  * One JSON line per run. Pods are created first, then the server starts (its informer lists
  * them), then terminations are paced evenly over the spread.
@@ -112,9 +113,41 @@ object LagBench {
   }
 
   private def baseline(size: Size): Unit =
+    if (KyuubiHome.stockMissing.isEmpty) baselineKyuubi(size) else {
+      BenchOut.progress(s"lag baseline: the model, not Kyuubi: ${KyuubiHome.stockMissing.get}")
+      baselineModel(size)
+    }
+
+  /** The baseline with Kyuubi 1.12.0's own class: one stock server in its own JVM. */
+  private def baselineKyuubi(size: Size): Unit =
     measure("baseline", size, size.pods, Seq(
       "system" -> "baseline",
-      "baseline" -> "model",
+      "baseline" -> Phases.StockKind,
+      "servers" -> 1,
+      "check_interval_ms" -> size.checkIntervalMs)) { (api, ns) =>
+      val logDir = java.nio.file.Paths.get("target", "kyuubi-logs", "lag").toAbsolutePath
+      val server = new KyuubiServer("server-1", KyuubiHome.Stock,
+        KyuubiServer.conf("server-1", api.url, Seq(ns), size.retainMs,
+          checkIntervalMs = size.checkIntervalMs), logDir, heapMb = 1024)
+      // The informer delivers its initial list in order: once the last pod listed is known, all are.
+      val probe = api.client("lag-probe")
+      val lastTag = try probe.pods().inNamespace(ns).list().getItems.asScala.last.getMetadata.getLabels.get("kyuubi-unique-tag")
+        finally probe.close()
+      new Subject {
+        override def ready(pods: Int): Boolean = server.appInfo(None, Some(ns), lastTag).state == "RUNNING"
+        override def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = Seq(
+          "baseline_deletes_issued" -> api.podDeletes(ns).count(_.bearer.contains("server-1")),
+          "baseline_failed_delete_lines" -> server.logLines("Failed to delete pod").size)
+        // Kyuubi's stop() would DELETE every pod still tracked (the re-armed entries): not measured here.
+        override def close(): Unit = server.kill()
+      }
+    }
+
+  /** The baseline without Kyuubi: the model of its cleanup. */
+  private def baselineModel(size: Size): Unit =
+    measure("baseline", size, size.pods, Seq(
+      "system" -> "baseline",
+      "baseline" -> Phases.ModelKind,
       "servers" -> 1,
       "check_interval_ms" -> size.checkIntervalMs)) { (api, ns) =>
       val server = new BaselineKyuubiServer("server-1", (token: String) => api.client(token), size.retainMs,

@@ -102,6 +102,14 @@ object Demo {
   // ---------------------------------------------------------------------------------------------
   // Report
 
+  private def describe(kind: String): String = kind match {
+    case Phases.StockKind => "Kyuubi 1.12.0's KubernetesApplicationOperation, one JVM per server"
+    case Phases.PatchedKind => "Kyuubi 1.12.0's KubernetesApplicationOperation with the podsweep patch, one JVM per server"
+    case Phases.ModelKind => "a model of Kyuubi's cleanup (Kyuubi not built)"
+    case Phases.LogicalKind => "podsweep's Java API fed by fabric8 informers in the demo JVM (Kyuubi not built)"
+    case other => other
+  }
+
   private def write(f: File, text: String): Unit = {
     val w = new PrintWriter(f, StandardCharsets.UTF_8.name())
     try w.print(text) finally w.close()
@@ -111,6 +119,7 @@ object Demo {
     val out = new StringBuilder
     def line(s: String = ""): Unit = out.append(s).append('\n')
     line(s"podsweep demo: ${parameters(a)}")
+    line(s"baseline: ${describe(b.kind)}; podsweep: ${describe(p.kind)}")
     line()
     line(f"${"phase"}%-28s ${"DELETEs"}%8s ${"per pod"}%8s ${"200"}%6s ${"404"}%6s ${"other"}%6s ${"wrongful"}%9s ${"leaked"}%7s ${"decoys lost"}%12s ${"WARN/ERROR"}%11s ${"seconds"}%8s")
     Seq(b, p).foreach { r =>
@@ -178,7 +187,10 @@ object Demo {
       "baseline_leaked" -> b.leaked.toString,
       "baseline_wrongful_deletes" -> b.wrongful.toString,
       "baseline_warn_error_lines" -> b.loudLines.toString,
-      "baseline_seconds" -> f"${b.seconds}%.1f"
+      "baseline_seconds" -> f"${b.seconds}%.1f",
+      "baseline_failed_to_delete_lines" -> b.failedToDelete.toString,
+      "baseline_kind" -> str(b.kind),
+      "podsweep_kind" -> str(p.kind)
     ) ++ failover)
     line(json)
     val text = out.toString

@@ -259,7 +259,7 @@ object Phases {
     try {
       (1 to s.servers).foreach { i =>
         val name = s"server-$i"
-        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube, nss, s.retainMs) ++ extra, dir)
+        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, nss, s.retainMs) ++ extra, dir)
       }
       s.progress(s"${s.servers} ${kind.label} servers started (logs in $dir)")
       started.toVector

@@ -208,19 +208,19 @@ object KyuubiServer {
        |""".stripMargin
 
   /**
-   * A KyuubiConf for a test server on the fabric8 mock: the mock's URL, a bearer token naming the
+   * A KyuubiConf for a test server on a test API server (the fabric8 mock, the lag bench's): its URL, a bearer token naming the
    * server (so the mock attributes its requests), the scopes' clients and informers created at
    * start, the app URL taken from the pod (one informer per scope, no Service informer), and the
    * frontend host naming the server (podsweep's server id).
    */
   def conf(
       name: String,
-      kube: MockKube,
+      masterUrl: String,
       namespaces: Seq[String],
       retainMs: Long,
       kind: String = "ALL",
       checkIntervalMs: Long = 1000L): Map[String, String] = Map(
-    "kyuubi.kubernetes.master.address" -> kube.url,
+    "kyuubi.kubernetes.master.address" -> masterUrl,
     "kyuubi.kubernetes.authenticate.oauthToken" -> name,
     "kyuubi.kubernetes.client.initialize.list" -> namespaces.map(ns => s":$ns").mkString(","),
     "kyuubi.kubernetes.spark.appUrlPattern" -> "http://{{SPARK_DRIVER_POD_IP}}:{{SPARK_UI_PORT}}",
