@@ -59,12 +59,16 @@ class KyuubiPodObserverSuite extends AnyFunSuite {
     // CONTAINER source, but the named container has not terminated: the latest of the others.
     val sidecarOnly = driver("Running", running("spark-kubernetes-driver"), terminated("sidecar", T2)).build()
     assert(obs(sidecarOnly, StateSource.CONTAINER).terminatedAtMillis == ms(T2))
-    // lastState.terminated counts too (a restarted container).
+    // lastState.terminated never counts: it is an earlier run of a restarted container.
     val restarted = new PodBuilder(driver("Running").build()).editStatus().withContainerStatuses(
       new ContainerStatusBuilder().withName("spark-kubernetes-driver").withNewState().withNewRunning().endRunning()
         .endState().withNewLastState().withNewTerminated().withFinishedAt(T1).endTerminated().endLastState().build())
       .endStatus().build()
-    assert(obs(restarted).terminatedAtMillis == ms(T1))
+    assert(obs(restarted).terminatedAtMillis == 0)
+    assert(obs(restarted, StateSource.CONTAINER).terminatedAtMillis == 0)
+    // The state container is matched ignoring case, as Kyuubi matches it.
+    val upper = driver("Running", terminated("Spark-Kubernetes-Driver", T1), terminated("sidecar", T2)).build()
+    assert(obs(upper, StateSource.CONTAINER).terminatedAtMillis == ms(T1))
   }
 
   test("no container finishedAt: the Ready condition's lastTransitionTime, only in a terminal phase") {
