@@ -4,14 +4,14 @@ import scala.collection.JavaConverters._
 
 import org.apache.curator.test.TestingServer
 import org.podsweep.demo.{BaselineKyuubiServer, Phases}
-import org.podsweep.testkit.{KyuubiHome, KyuubiServer, ZooKeeperBackend}
+import org.podsweep.testkit.{ApiRequest, KyuubiHome, KyuubiServer, PodsApi, ZooKeeperBackend}
 
 /**
  * `lag`: pods whose deadlines (container `finishedAt` + retain period) fall within one minute;
  * the time from each pod's deadline to the arrival at the API server of the first DELETE for it:
  * p50, p99, max.
  *
- * The API server is [[LagApiServer]] (pods only, O(1) per request), not the demo's fabric8 mock:
+ * The API server is [[PodsApi]] (pods only, O(1) per request), not the demo's fabric8 mock:
  * its CRUD dispatcher scans every stored object under one write lock for each request, so at
  * 10,000 pods creating them took 143 s, the 60 s of terminations took 160 s (status updates up to
  * 100 s behind schedule) and the figures measured the mock (podsweep p99 44.5 s).
@@ -65,7 +65,7 @@ object LagBench {
     /** Its informer has reported every pod (and, for podsweep, the scope has a leader). */
     def ready(pods: Int): Boolean
     /** Fields of the JSON line that only this kind of server has; `first`: each pod's first DELETE. */
-    def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)]
+    def fields(first: Map[String, ApiRequest], terms: Seq[LagTermination]): Seq[(String, Any)]
   }
 
   private def podsweep(size: Size, pods: Int, zk: ZooKeeperBackend, rate: Option[(Int, Int)]): Unit = {
@@ -91,7 +91,7 @@ object LagBench {
       server.watch(ns)
       new Subject {
         override def ready(pods: Int): Boolean = server.observed.get >= pods && server.isLeader(ns)
-        override def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = {
+        override def fields(first: Map[String, ApiRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = {
           val status = server.status(ns)
           // podsweep's own lag histogram (bucket upper bounds), as a cross-check of the mock's figures.
           val lag = status.fields().get("lag") match {
@@ -135,7 +135,7 @@ object LagBench {
         finally probe.close()
       new Subject {
         override def ready(pods: Int): Boolean = server.appInfo(None, Some(ns), lastTag).state == "RUNNING"
-        override def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = Seq(
+        override def fields(first: Map[String, ApiRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = Seq(
           "baseline_deletes_issued" -> api.podDeletes(ns).count(_.bearer.contains("server-1")),
           "baseline_failed_delete_lines" -> server.logLines("Failed to delete pod").size)
         // Kyuubi's stop() would DELETE every pod still tracked (the re-armed entries): not measured here.
@@ -155,7 +155,7 @@ object LagBench {
       server.watch(ns)
       new Subject {
         override def ready(pods: Int): Boolean = server.tracked >= pods
-        override def fields(first: Map[String, LagRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = {
+        override def fields(first: Map[String, ApiRequest], terms: Seq[LagTermination]): Seq[(String, Any)] = {
           def at(m: java.util.concurrent.ConcurrentHashMap[String, java.lang.Long], pod: String): Option[Long] =
             Option(m.get(s"$ns/$pod")).map(_.longValue)
           // Where the lag comes from: the clock starts when the server sees the termination (not at
@@ -186,8 +186,8 @@ object LagBench {
    * prints the line.
    */
   private def measure(label: String, size: Size, pods: Int, settings: Seq[(String, Any)])(
-      start: (LagApiServer, String) => Subject): Unit = {
-    val api = new LagApiServer
+      start: (PodsApi, String) => Subject): Unit = {
+    val api = new PodsApi
     val ns = s"lag-$label"
     val w = new LagWorkload(api, ns, pods, size.spreadMs, size.retainMs)
     try {
@@ -238,7 +238,7 @@ object LagBench {
             "window_after_last_deadline_ms" -> windowMs,
             "delete_requests" -> ds.size,
             "delete_404" -> ds.count(_.status == 404),
-            "api_server" -> "LagApiServer",
+            "api_server" -> "PodsApi",
             "api_unhandled_requests" -> unhandled.size) ++
           LagWorkload.summary("termination_behind_schedule", terms.map(_.behindScheduleMs.toDouble)) ++
           extra ++

@@ -14,7 +14,7 @@ import org.podsweep.testkit.KyuubiPods
 /**
  * A Kyuubi server running podsweep for the lag bench, wired as `testkit.LogicalServer` is (Pod
  * informer on the `kyuubi-unique-tag` label, no resync, Kyuubi's facts -> `observe`) but on a
- * client of [[LagApiServer]], and counting events instead of keeping them.
+ * client of [[PodsApi]], and counting events instead of keeping them.
  */
 private[bench] final class LagPodsweepServer(val name: String, client: KubernetesClient, conf: Map[String, String])
     extends AutoCloseable {

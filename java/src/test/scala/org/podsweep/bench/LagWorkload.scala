@@ -6,7 +6,7 @@ import java.util.concurrent.{Callable, Executors}
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.KyuubiPods
+import org.podsweep.testkit.{ApiRequest, KyuubiPods, PodsApi}
 
 /** One driver pod's termination as the workload reported it to the API server. */
 private[bench] final case class LagTermination(
@@ -23,13 +23,13 @@ private[bench] final case class LagTermination(
 }
 
 /**
- * The lag bench's workload in one namespace of a [[LagApiServer]]: `pods` running Spark driver
+ * The lag bench's workload in one namespace of a [[PodsApi]]: `pods` running Spark driver
  * pods, then their terminations paced evenly over `spreadMs` (a status update whose driver
  * container `finishedAt` is the second the update is sent), so that deadlines fall within the
  * spread. Requests go out from a small thread pool.
  */
 private[bench] final class LagWorkload(
-    api: LagApiServer,
+    api: PodsApi,
     val namespace: String,
     val pods: Int,
     val spreadMs: Long,
@@ -60,14 +60,14 @@ private[bench] final class LagWorkload(
   }
 
   /** Every pod DELETE request of this namespace the API server received. */
-  def deletes: Seq[LagRequest] = api.podDeletes(namespace)
+  def deletes: Seq[ApiRequest] = api.podDeletes(namespace)
 
   /** Pods with at least one DELETE the API server carried out (200). */
-  def deletedPods(ds: Seq[LagRequest] = deletes): Set[String] =
+  def deletedPods(ds: Seq[ApiRequest] = deletes): Set[String] =
     ds.iterator.filter(_.status == 200).flatMap(_.pod).toSet
 
   /** The first DELETE (by arrival at the API server) of each pod that received one. */
-  def firstDeletes(ds: Seq[LagRequest] = deletes): Map[String, LagRequest] =
+  def firstDeletes(ds: Seq[ApiRequest] = deletes): Map[String, ApiRequest] =
     ds.groupBy(_.pod.get).map { case (pod, rs) => pod -> rs.minBy(_.atMillis) }
 
   /**
