@@ -29,6 +29,7 @@ pub mod kube_client;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod names;
 pub mod schedule;
 pub mod scope;
 pub mod sweeper;

@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+mod time;
+
+pub use self::time::{parse_time, MAX_TIME};
+
 /// Kyuubi's key names.
 pub mod keys {
     pub const CLEANUP_KIND: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind";
@@ -56,6 +60,10 @@ pub mod keys {
     pub const LEADERLESS_ALERT: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
+    pub const STEP_DOWN_AFTER: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter";
+    pub const CLOCK_SKEW: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.clockSkewTolerance";
 }
 
 /// Kyuubi's HA client class names.
@@ -235,6 +243,12 @@ pub struct Settings {
     pub ha: HaSettings,
     /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
     pub leaderless_alert: Duration,
+    /// A leader that has not completed one DELETE for this long while DELETEs are due steps down
+    /// and stays out of the election for as long again.
+    pub step_down_after: Duration,
+    /// How far a pod's termination time may lie before podsweep's first observation of it: the
+    /// deadline never counts from earlier than `first observation - clock_skew`.
+    pub clock_skew: Duration,
     /// How DELETEs are paced and retried.
     pub tuning: Tuning,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
@@ -284,7 +298,15 @@ impl Settings {
         let ha = parse_ha(&get)?;
         let leaderless_alert = match get(keys::LEADERLESS_ALERT) {
             None => Duration::from_secs(120),
-            Some(v) => parse_time(keys::LEADERLESS_ALERT, v)?,
+            Some(v) => positive_time(keys::LEADERLESS_ALERT, v)?,
+        };
+        let step_down_after = match get(keys::STEP_DOWN_AFTER) {
+            None => Duration::from_secs(120),
+            Some(v) => positive_time(keys::STEP_DOWN_AFTER, v)?,
+        };
+        let clock_skew = match get(keys::CLOCK_SKEW) {
+            None => Duration::from_secs(30),
+            Some(v) => parse_time(keys::CLOCK_SKEW, v)?,
         };
         Ok(Settings {
             kind,
@@ -293,6 +315,8 @@ impl Settings {
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,
             leaderless_alert,
+            step_down_after,
+            clock_skew,
             tuning: parse_tuning(&get)?,
             raw: raw.clone(),
         })
@@ -488,12 +512,12 @@ fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, Co
     let qps = match get(keys::RATE_QPS) {
         None => d.qps,
         Some(v) => match v.parse::<f64>() {
-            Ok(q) if q.is_finite() && q > 0.0 => q,
+            Ok(q) if (MIN_QPS..=MAX_QPS).contains(&q) => q,
             _ => {
                 return Err(ConfigError::invalid(
                     keys::RATE_QPS,
                     v,
-                    "expected a positive number",
+                    format!("expected a number from {MIN_QPS} to {MAX_QPS}"),
                 ))
             }
         },
@@ -512,16 +536,7 @@ fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, Co
         }
     };
     let time = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
-        match get(key) {
-            None => Ok(default),
-            Some(v) => {
-                let t = parse_time(key, v)?;
-                if t.is_zero() {
-                    return Err(ConfigError::invalid(key, v, "must be greater than zero"));
-                }
-                Ok(t)
-            }
-        }
+        get(key).map_or(Ok(default), |v| positive_time(key, v))
     };
     Ok(Tuning {
         qps,
@@ -532,6 +547,20 @@ fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, Co
         forbidden_retry: time(keys::FORBIDDEN_RETRY, d.forbidden_retry)?,
         forbidden_summary: time(keys::FORBIDDEN_SUMMARY, d.forbidden_summary)?,
     })
+}
+
+/// Slowest accepted DELETE rate: one every 1,000 s (the token bucket's waits stay finite).
+pub const MIN_QPS: f64 = 0.001;
+/// Fastest accepted DELETE rate.
+pub const MAX_QPS: f64 = 1_000_000.0;
+
+/// A time value that must be greater than zero (and, as every time value, at most a year).
+fn positive_time(key: &str, v: &str) -> Result<Duration, ConfigError> {
+    let t = parse_time(key, v)?;
+    if t.is_zero() {
+        return Err(ConfigError::invalid(key, v, "must be greater than zero"));
+    }
+    Ok(t)
 }
 
 fn parse_bool(key: &str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
@@ -615,325 +644,5 @@ fn parse_etcd<'a>(
     }))
 }
 
-/// Parses a Kyuubi time value: a plain number of milliseconds, or an ISO-8601 duration such as
-/// `PT5M`, `PT1.5S` or `P1DT2H` (days, hours, minutes, seconds; as `java.time.Duration.parse`).
-pub fn parse_time(key: &str, value: &str) -> Result<Duration, ConfigError> {
-    let v = value.trim();
-    if let Ok(ms) = v.parse::<u64>() {
-        return Ok(Duration::from_millis(ms));
-    }
-    parse_iso8601(v).ok_or_else(|| {
-        ConfigError::invalid(
-            key,
-            value,
-            "expected milliseconds or an ISO-8601 duration such as PT5M",
-        )
-    })
-}
-
-fn parse_iso8601(v: &str) -> Option<Duration> {
-    let upper = v.to_ascii_uppercase();
-    let rest = upper
-        .strip_prefix('+')
-        .unwrap_or(&upper)
-        .strip_prefix('P')?;
-    let (date, time) = match rest.split_once('T') {
-        Some((d, t)) => {
-            if t.is_empty() {
-                return None;
-            }
-            (d, Some(t))
-        }
-        None => (rest, None),
-    };
-    if date.is_empty() && time.is_none() {
-        return None;
-    }
-    let mut nanos: u128 = 0;
-    let mut add = |num: &str, unit: char, allow_fraction: bool| -> Option<()> {
-        let (int, frac) = match num.split_once('.') {
-            Some((i, f)) if allow_fraction && !f.is_empty() && f.len() <= 9 => (i, f),
-            Some(_) => return None,
-            None => (num, ""),
-        };
-        if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        if !frac.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let unit_ns: u128 = match unit {
-            'D' => 86_400_000_000_000,
-            'H' => 3_600_000_000_000,
-            'M' => 60_000_000_000,
-            'S' => 1_000_000_000,
-            _ => return None,
-        };
-        let whole: u128 = int.parse().ok()?;
-        let frac_ns: u128 = if frac.is_empty() {
-            0
-        } else {
-            format!("{frac:0<9}").parse().ok()?
-        };
-        nanos = nanos.checked_add(whole.checked_mul(unit_ns)?.checked_add(frac_ns)?)?;
-        Some(())
-    };
-    let walk = |s: &str, units: &[char], add: &mut dyn FnMut(&str, char, bool) -> Option<()>| {
-        let mut num = String::new();
-        let mut next_unit = 0;
-        for c in s.chars() {
-            if c.is_ascii_digit() || c == '.' {
-                num.push(c);
-                continue;
-            }
-            let pos = units[next_unit..].iter().position(|u| *u == c)? + next_unit;
-            if num.is_empty() {
-                return None;
-            }
-            add(&num, c, c == 'S')?;
-            num.clear();
-            next_unit = pos + 1;
-        }
-        num.is_empty().then_some(())
-    };
-    walk(date, &['D'], &mut add)?;
-    if let Some(t) = time {
-        walk(t, &['H', 'M', 'S'], &mut add)?;
-    }
-    let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
-    Some(Duration::new(secs, (nanos % 1_000_000_000) as u32))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn defaults_are_kyuubis() {
-        let s = Settings::from_map(HashMap::new()).unwrap();
-        assert_eq!(s.kind, CleanupKind::None);
-        assert_eq!(s.retain, Duration::from_secs(300));
-        assert_eq!(s.ha, HaSettings::Local);
-        assert!(s.context_allow.is_empty() && s.namespace_allow.is_empty());
-    }
-
-    #[test]
-    fn time_values() {
-        let table: &[(&str, Option<Duration>)] = &[
-            ("300000", Some(Duration::from_secs(300))),
-            ("PT5M", Some(Duration::from_secs(300))),
-            ("pt5m", Some(Duration::from_secs(300))),
-            ("PT1.5S", Some(Duration::from_millis(1500))),
-            ("P1DT2H", Some(Duration::from_secs(26 * 3600))),
-            ("P2D", Some(Duration::from_secs(2 * 86400))),
-            ("PT1H30M", Some(Duration::from_secs(5400))),
-            ("PT0.001S", Some(Duration::from_millis(1))),
-            ("PT", None),
-            ("P", None),
-            ("PT5", None),
-            ("PT5M1H", None),
-            ("5m", None),
-            ("-PT5M", None),
-            ("PT1.5M", None),
-            ("", None),
-        ];
-        for (input, want) in table {
-            let got = parse_time("k", input).ok();
-            assert_eq!(got, *want, "input {input:?}");
-        }
-    }
-
-    #[test]
-    fn errors_name_the_key() {
-        let e = Settings::from_map(conf(&[(keys::CLEANUP_KIND, "SOME")])).unwrap_err();
-        assert_eq!(e.key(), keys::CLEANUP_KIND);
-        assert!(e.to_string().contains(keys::CLEANUP_KIND));
-        let e = Settings::from_map(conf(&[(keys::RETAIN_PERIOD, "soon")])).unwrap_err();
-        assert_eq!(e.key(), keys::RETAIN_PERIOD);
-        let e = Settings::from_map(conf(&[(keys::RETAIN_PERIOD, "0")])).unwrap_err();
-        assert_eq!(e.key(), keys::RETAIN_PERIOD);
-        let e = Settings::from_map(conf(&[
-            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
-            (keys::ZK_SESSION_TIMEOUT, "ten"),
-        ]))
-        .unwrap_err();
-        assert_eq!(e.key(), keys::ZK_SESSION_TIMEOUT);
-        let e = Settings::from_map(conf(&[
-            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
-            (keys::HA_CLIENT_CLASS, "com.example.Nope"),
-        ]))
-        .unwrap_err();
-        assert_eq!(e.key(), keys::HA_CLIENT_CLASS);
-    }
-
-    #[test]
-    fn kinds_and_lists() {
-        let s = Settings::from_map(conf(&[
-            (keys::CLEANUP_KIND, "completed"),
-            (keys::CONTEXT_ALLOW_LIST, "a, b,,"),
-            (keys::NAMESPACE_ALLOW_LIST, "spark"),
-        ]))
-        .unwrap();
-        assert_eq!(s.kind, CleanupKind::Completed);
-        assert_eq!(s.context_allow.len(), 2);
-        assert!(s.namespace_allow.contains("spark"));
-    }
-
-    #[test]
-    fn etcd_from_kyuubis_client_class() {
-        let base = [
-            (keys::HA_ADDRESSES, "127.0.0.1:2379, http://10.0.0.2:2379"),
-            (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
-            (keys::ETCD_LEASE_TIMEOUT, "PT12.7S"),
-        ];
-        let s = Settings::from_map(conf(&base)).unwrap();
-        let HaSettings::Etcd(e) = s.ha else {
-            panic!("expected etcd")
-        };
-        assert_eq!(
-            e.endpoints,
-            ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]
-        );
-        assert_eq!(e.lease_ttl, Duration::from_secs(12));
-        assert_eq!(e.root(), "/kyuubi-podsweep/elections");
-        assert!(e.tls.is_none());
-        let mut tls = base.to_vec();
-        tls.push((keys::ETCD_SSL_ENABLED, "true"));
-        tls.push((keys::ETCD_SSL_CA, "/ca.pem"));
-        tls.push((keys::ETCD_SSL_CERT, "/c.pem"));
-        let e = Settings::from_map(conf(&tls)).unwrap_err();
-        assert_eq!(e.key(), keys::ETCD_SSL_KEY, "the missing key is named");
-        tls.push((keys::ETCD_SSL_KEY, "/k.pem"));
-        let HaSettings::Etcd(e) = Settings::from_map(conf(&tls)).unwrap().ha else {
-            panic!("expected etcd")
-        };
-        assert_eq!(e.endpoints[0], "https://127.0.0.1:2379");
-        assert_eq!(e.tls.unwrap().key, "/k.pem");
-        let e = Settings::from_map(conf(&[
-            (keys::HA_ADDRESSES, "127.0.0.1:2379"),
-            (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
-            (keys::ETCD_LEASE_TIMEOUT, "500"),
-        ]))
-        .unwrap_err();
-        assert_eq!(e.key(), keys::ETCD_LEASE_TIMEOUT);
-    }
-
-    #[test]
-    fn tuning_keys() {
-        let s = Settings::from_map(HashMap::new()).unwrap();
-        assert_eq!(s.tuning, Tuning::default());
-        let s = Settings::from_map(conf(&[
-            (keys::RATE_QPS, "2.5"),
-            (keys::RATE_BURST, "5"),
-            (keys::MAX_IN_FLIGHT, "3"),
-            (keys::DRY_RUN, "true"),
-            (keys::FORBIDDEN_RETRY, "PT5M"),
-        ]))
-        .unwrap();
-        assert_eq!(s.tuning.qps, 2.5);
-        assert_eq!(s.tuning.burst, 5);
-        assert_eq!(s.tuning.max_in_flight, 3);
-        assert!(s.tuning.dry_run);
-        assert_eq!(s.tuning.forbidden_retry, Duration::from_secs(300));
-        for (key, bad) in [
-            (keys::RATE_QPS, "0"),
-            (keys::RATE_QPS, "fast"),
-            (keys::RATE_BURST, "-1"),
-            (keys::MAX_IN_FLIGHT, "0"),
-            (keys::DRY_RUN, "yes"),
-            (keys::RETRY_MAX_WAIT, "PT0S"),
-        ] {
-            let e = Settings::from_map(conf(&[(key, bad)])).unwrap_err();
-            assert_eq!(e.key(), key, "{bad}");
-        }
-    }
-
-    #[test]
-    fn an_embedded_zookeeper_falls_back_to_local() {
-        let s = Settings::from_map(conf(&[
-            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
-            (keys::HA_EMBEDDED, "true"),
-        ]))
-        .unwrap();
-        assert_eq!(s.ha, HaSettings::Local);
-        let e = Settings::from_map(conf(&[
-            (keys::HA_ADDRESSES, "127.0.0.1:2181"),
-            (keys::HA_EMBEDDED, "maybe"),
-        ]))
-        .unwrap_err();
-        assert_eq!(e.key(), keys::HA_EMBEDDED);
-    }
-
-    #[test]
-    fn zookeeper_auth_and_retry_keys() {
-        let zk = |pairs: &[(&str, &str)]| {
-            let mut all = vec![(keys::HA_ADDRESSES, "127.0.0.1:2181")];
-            all.extend_from_slice(pairs);
-            Settings::from_map(conf(&all))
-        };
-        let HaSettings::ZooKeeper(z) = zk(&[]).unwrap().ha else {
-            panic!()
-        };
-        assert_eq!(z.auth, ZkAuth::None);
-        assert!(!z.auth.secure_acls());
-        assert_eq!(z.retry, ZkRetry::default());
-        let HaSettings::ZooKeeper(z) = zk(&[
-            (keys::ZK_AUTH_TYPE, "DIGEST"),
-            (keys::ZK_AUTH_DIGEST, "kyuubi:secret"),
-            (keys::ZK_RETRY_POLICY, "bounded_exponential_backoff"),
-            (keys::ZK_BASE_RETRY_WAIT, "200"),
-        ])
-        .unwrap()
-        .ha
-        else {
-            panic!()
-        };
-        assert_eq!(z.auth, ZkAuth::Digest);
-        assert!(z.auth.secure_acls());
-        assert_eq!(z.digest.as_deref(), Some("kyuubi:secret"));
-        assert_eq!(z.retry.policy, "BOUNDED_EXPONENTIAL_BACKOFF");
-        assert_eq!(z.retry.base_wait, Duration::from_millis(200));
-        let e = zk(&[(keys::ZK_AUTH_TYPE, "DIGEST")]).unwrap_err();
-        assert_eq!(e.key(), keys::ZK_AUTH_DIGEST);
-        let e = zk(&[(keys::ZK_AUTH_DIGEST, "no-colon")]).unwrap_err();
-        assert_eq!(e.key(), keys::ZK_AUTH_DIGEST);
-        assert!(
-            !e.to_string().contains("no-colon"),
-            "the secret is not echoed"
-        );
-        let e = zk(&[(keys::ZK_AUTH_TYPE, "LDAP")]).unwrap_err();
-        assert_eq!(e.key(), keys::ZK_AUTH_TYPE);
-        let e = zk(&[(keys::ZK_RETRY_POLICY, "FOREVER")]).unwrap_err();
-        assert_eq!(e.key(), keys::ZK_RETRY_POLICY);
-        #[cfg(not(feature = "kerberos"))]
-        {
-            let e = zk(&[(keys::ZK_AUTH_TYPE, "KERBEROS")]).unwrap_err();
-            assert_eq!(e.key(), keys::ZK_AUTH_TYPE);
-            assert!(e.to_string().contains("kerberos"), "{e}");
-        }
-    }
-
-    #[test]
-    fn zookeeper_from_ha_keys_with_deprecated_fallbacks() {
-        let s = Settings::from_map(conf(&[
-            (keys::HA_ZK_QUORUM, "127.0.0.1:2181"),
-            (keys::HA_ZK_NAMESPACE, "kyuubi_prod"),
-            (keys::ZK_SESSION_TIMEOUT, "8000"),
-        ]))
-        .unwrap();
-        let HaSettings::ZooKeeper(zk) = s.ha else {
-            panic!("expected zookeeper")
-        };
-        assert_eq!(zk.addresses, "127.0.0.1:2181");
-        assert_eq!(zk.root(), "/kyuubi_prod-podsweep/latches");
-        assert_eq!(zk.session_timeout, Duration::from_millis(8000));
-        assert_eq!(zk.connection_timeout, Duration::from_millis(15000));
-    }
-}
+mod tests;
