@@ -101,6 +101,9 @@ pub fn validate(conf: &HashMap<String, String>) -> Result<(), KubeClientError> {
             ));
         }
     }
+    if let Some(ns) = get(conf, keys::KUBE_NAMESPACE) {
+        crate::names::check_namespace(ns).map_err(|m| invalid(keys::KUBE_NAMESPACE, m))?;
+    }
     if get(conf, OAUTH_TOKEN).is_some() && get(conf, OAUTH_TOKEN_FILE).is_some() {
         return Err(invalid(
             OAUTH_TOKEN,
@@ -250,6 +253,8 @@ mod tests {
         assert!(e.to_string().starts_with(TRUST_CERTS), "{e}");
         let e = validate(&conf(&[(OAUTH_TOKEN, "t"), (OAUTH_TOKEN_FILE, "/f")])).unwrap_err();
         assert!(e.to_string().contains(OAUTH_TOKEN_FILE), "{e}");
+        let e = validate(&conf(&[(keys::KUBE_NAMESPACE, "x/../kube-system")])).unwrap_err();
+        assert!(e.to_string().starts_with(keys::KUBE_NAMESPACE), "{e}");
         validate(&conf(&[(MASTER, "http://127.0.0.1:8080")])).unwrap();
     }
 

@@ -60,10 +60,10 @@ pub mod keys {
     pub const LEADERLESS_ALERT: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
+    pub const IDLE_RELEASE: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle";
     pub const STEP_DOWN_AFTER: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter";
-    pub const CLOCK_SKEW: &str =
-        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.clockSkewTolerance";
 }
 
 /// Kyuubi's HA client class names.
@@ -246,9 +246,9 @@ pub struct Settings {
     /// A leader that has not completed one DELETE for this long while DELETEs are due steps down
     /// and stays out of the election for as long again.
     pub step_down_after: Duration,
-    /// How far a pod's termination time may lie before podsweep's first observation of it: the
-    /// deadline never counts from earlier than `first observation - clock_skew`.
-    pub clock_skew: Duration,
+    /// A scope with nothing tracked for this long (and never less than the tombstone lifetime)
+    /// releases its election and Kubernetes client until its next event.
+    pub idle_release: Duration,
     /// How DELETEs are paced and retried.
     pub tuning: Tuning,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
@@ -300,14 +300,15 @@ impl Settings {
             None => Duration::from_secs(120),
             Some(v) => positive_time(keys::LEADERLESS_ALERT, v)?,
         };
+        let idle_release = match get(keys::IDLE_RELEASE) {
+            None => Duration::from_secs(1800),
+            Some(v) => positive_time(keys::IDLE_RELEASE, v)?,
+        };
         let step_down_after = match get(keys::STEP_DOWN_AFTER) {
             None => Duration::from_secs(120),
             Some(v) => positive_time(keys::STEP_DOWN_AFTER, v)?,
         };
-        let clock_skew = match get(keys::CLOCK_SKEW) {
-            None => Duration::from_secs(30),
-            Some(v) => parse_time(keys::CLOCK_SKEW, v)?,
-        };
+
         Ok(Settings {
             kind,
             retain,
@@ -316,7 +317,7 @@ impl Settings {
             ha,
             leaderless_alert,
             step_down_after,
-            clock_skew,
+            idle_release,
             tuning: parse_tuning(&get)?,
             raw: raw.clone(),
         })
