@@ -5,14 +5,21 @@
 
 use std::time::{Duration, SystemTime};
 
+/// How long after a pod terminated podsweep may first see it terminated, when it was watching:
+/// the informer's delivery time. Also the most a node clock running behind the server's can
+/// hasten the deletion of a pod podsweep saw run (10 s).
+pub const SKEW_TOLERANCE: Duration = Duration::from_secs(10);
+
 /// When a pod's retain period starts.
 ///
 /// `terminated_at` is when the pod terminated, as the pod says (the kubelet's clock); when the
 /// pod carries no time, the first observation of it stands in. The anchor is bounded by
 /// podsweep's own clock on both sides:
-/// * never earlier than `seen_running`, the last time podsweep saw the pod in a non-terminal
-///   state: it cannot have terminated before, so a node clock running behind the server's
-///   cannot hasten the deletion of a pod podsweep saw run;
+/// * for a pod podsweep saw in a non-terminal state (`seen_running`), it was watching when the
+///   pod terminated, so the termination is dated no earlier than the last running sighting, nor
+///   than `first_seen - SKEW_TOLERANCE`: a node clock running behind hastens such a deletion by
+///   at most [`SKEW_TOLERANCE`]. A pod first seen already terminated (a server that just started)
+///   keeps its own time, so a new server keeps the old clock;
 /// * never later than `now` (a time in the future counts as now), so a node clock running ahead
 ///   delays a deletion by at most its skew.
 pub fn anchor(
@@ -21,8 +28,12 @@ pub fn anchor(
     seen_running: Option<SystemTime>,
     now: SystemTime,
 ) -> SystemTime {
-    let anchor = terminated_at.unwrap_or(first_seen);
-    seen_running.map_or(anchor, |r| anchor.max(r)).min(now)
+    let pod_time = terminated_at.unwrap_or(first_seen);
+    let floor = seen_running.map(|r| {
+        let watched = first_seen.checked_sub(SKEW_TOLERANCE).unwrap_or(first_seen);
+        r.max(watched)
+    });
+    floor.map_or(pod_time, |f| pod_time.max(f)).min(now)
 }
 
 /// Time left until a pod is due: from [`anchor`] plus the retain period.
@@ -86,10 +97,14 @@ mod tests {
             (Some(T0), T0 + 100, None, T0 + 100, 200),
             // long overdue (e.g. a new leader after failover): due at once
             (Some(T0), T0 + 1000, None, T0 + 1000, 0),
-            // a node clock 3 min behind, the pod seen running 2 s before: from then, not earlier
+            // a node clock 3 min behind, the pod seen running an hour before: 10 s early at most
+            (Some(T0 - 180), T0, Some(T0 - 3600), T0, 290),
+            // the same pod seen running 2 s before it ended: not before that
             (Some(T0 - 180), T0, Some(T0 - 2), T0, 298),
-            // seen running long before it ended: the pod's own time wins
-            (Some(T0), T0, Some(T0 - 600), T0, 300),
+            // seen running, its own time within the tolerance: its own time wins
+            (Some(T0 - 4), T0, Some(T0 - 600), T0, 296),
+            // first seen already terminated (a server that just started): its own time
+            (Some(T0 - 180), T0, None, T0, 120),
             // no time on the pod: first observation stands in
             (None, T0 + 10, None, T0 + 20, 290),
             // a termination time in the future counts as now
