@@ -33,8 +33,8 @@ impl Bucket {
         }
     }
 
-    /// Takes a token, or says how long until one is there (at most 1,000 s, the wait at the
-    /// slowest accepted rate).
+    /// Takes a token, or says how long until one is there (from 1 ms to 1,000 s, the wait at
+    /// the slowest accepted rate).
     pub(super) fn take(&mut self, now: Instant) -> Result<(), Duration> {
         let gained = now.duration_since(self.last).as_secs_f64() * self.qps;
         self.tokens = (self.tokens + gained).min(self.burst);
@@ -43,10 +43,11 @@ impl Bucket {
             self.tokens -= 1.0;
             Ok(())
         } else {
+            // At least 1 ms: a wait rounded down to zero would spin without time passing.
             let most = Duration::from_secs(1000);
             Err(Duration::try_from_secs_f64((1.0 - self.tokens) / self.qps)
                 .unwrap_or(most)
-                .min(most))
+                .clamp(Duration::from_millis(1), most))
         }
     }
 }
