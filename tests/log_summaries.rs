@@ -33,7 +33,7 @@ async fn failures_are_summarised_per_scope_not_logged_per_pod() {
             break;
         };
         let n: usize = path.rsplit('-').next().unwrap().parse().unwrap();
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             send.send_response(status_reply(401, "Unauthorized", None));
         } else {
             send.send_response(status_reply(503, "ServiceUnavailable", None));

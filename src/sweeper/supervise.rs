@@ -52,9 +52,29 @@ pub fn spawn(
     release: Release,
 ) -> ScopeHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let metrics = Arc::new(ScopeMetrics::default());
     let status = election.watch();
-    let sweeper = Sweeper {
+    let sweeper = new_sweeper(scope, cfg, clock, election, source, release);
+    let metrics = sweeper.metrics.clone();
+    let task = tokio::spawn(supervise(sweeper, rx));
+    ScopeHandle {
+        id,
+        tx,
+        metrics,
+        status,
+        task,
+    }
+}
+
+/// A sweeper with nothing tracked and no Kubernetes client yet (built on its first run).
+pub(super) fn new_sweeper(
+    scope: Scope,
+    cfg: SweeperConfig,
+    clock: Clock,
+    election: ElectionHandle,
+    source: DeleterSource,
+    release: Release,
+) -> Sweeper {
+    Sweeper {
         tracker: Tracker::new(cfg.tombstone_ttl),
         bucket: Bucket::new(cfg.tuning.qps, cfg.tuning.burst),
         gate: Arc::new(Gate::default()),
@@ -84,15 +104,7 @@ pub fn spawn(
         idle_at: None,
         restart_clear_at: None,
         release,
-        metrics: metrics.clone(),
-    };
-    let task = tokio::spawn(supervise(sweeper, rx));
-    ScopeHandle {
-        id,
-        tx,
-        metrics,
-        status,
-        task,
+        metrics: Arc::new(ScopeMetrics::default()),
     }
 }
 
