@@ -98,7 +98,8 @@ fn engine<'a>(handle: i64) -> Result<&'a Engine, Failure> {
         return Err(Failure::IllegalState("PodSweeper is closed".into()));
     }
     // SAFETY: a non-zero handle is the `Box<Engine>` pointer `create` returned. The Java side holds
-    // a read lock around every call and frees the handle (`close`) only under the write lock, after
-    // which it passes 0; so the engine outlives this borrow.
+    // a read lock around every call and clears its handle to 0 under the write lock (so after every
+    // running call returned) before it passes the old value to `close`, which frees it; a call
+    // that reads the handle afterwards passes 0. So the engine outlives this borrow.
     Ok(unsafe { &*(handle as *const Engine) })
 }
