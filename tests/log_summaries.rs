@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::fixture::{capture, start, status_reply, Fixture};
+use podsweep::config::keys;
 use podsweep::model::{AppState, EventKind};
 use tokio::time::Instant;
 
@@ -16,7 +17,12 @@ use tokio::time::Instant;
 async fn failures_are_summarised_per_scope_not_logged_per_pod() {
     start();
     let logs = capture();
-    let mut f = Fixture::new("ALL").await;
+    // A bucket that never empties: the pacing is not what this test is about.
+    let mut f = Fixture::with_conf(
+        "ALL",
+        &[(keys::RATE_QPS, "1000"), (keys::RATE_BURST, "1000")],
+    )
+    .await;
     f.lead().await;
     for i in 0..30 {
         f.observe(f.pod(

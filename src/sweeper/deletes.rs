@@ -331,3 +331,23 @@ impl Sweeper {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token short of full by a rounding error must still mean a wait that lets time pass: a
+    /// zero wait made the sweeper poll itself without end on paused time (and spin on real time).
+    #[tokio::test(start_paused = true)]
+    async fn a_bucket_wait_is_never_zero() {
+        let mut b = Bucket::new(10.0, 1);
+        let now = Instant::now();
+        assert!(b.take(now).is_ok());
+        b.tokens = 1.0 - 1e-12;
+        let wait = b.take(now).unwrap_err();
+        assert!(wait >= Duration::from_millis(1), "{wait:?}");
+        let mut slow = Bucket::new(crate::config::MIN_QPS, 1);
+        assert!(slow.take(now).is_ok());
+        assert_eq!(slow.take(now).unwrap_err(), Duration::from_secs(1000));
+    }
+}
