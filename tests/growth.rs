@@ -3,16 +3,13 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::fixture::{start, status_reply, Fixture, IDLE_RELEASE};
 use common::manual::ManualBackend;
 use podsweep::clock::Clock;
-use podsweep::config::{keys, Settings};
-use podsweep::engine::Engine;
+use podsweep::config::keys;
 use podsweep::model::{AppState, EventKind};
 use podsweep::scope::Scope;
 use tokio::time::advance;
@@ -102,23 +99,16 @@ async fn an_idle_scope_is_released_and_comes_back() {
 #[tokio::test(start_paused = true)]
 async fn allow_lists_follow_kyuubi_and_a_refusal_is_given_once() {
     start();
-    let conf: HashMap<String, String> = [
-        (keys::CLEANUP_KIND, "ALL"),
-        (keys::NAMESPACE_ALLOW_LIST, "spark"),
-        (keys::CONTEXT_ALLOW_LIST, "prod"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let engine = Engine::with_parts(
-        Settings::from_map(conf).unwrap(),
-        "s",
-        Arc::new(ManualBackend::default()),
-        Arc::new(|_| Box::pin(async { Err("unused".to_owned()) })),
+    let engine = common::fixture::engine(
+        &[
+            (keys::CLEANUP_KIND, "ALL"),
+            (keys::NAMESPACE_ALLOW_LIST, "spark"),
+            (keys::CONTEXT_ALLOW_LIST, "prod"),
+        ],
+        ManualBackend::default(),
+        common::fixture::no_deleters(),
         Clock::System,
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
+    );
     let obs = common::fixture::observation("a", EventKind::Update, AppState::Finished);
     engine.observe(Scope::new(None, None), obs.clone()).unwrap();
     engine

@@ -3,29 +3,20 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fixture::{capture, start, status_reply, Fixture, STEP_DOWN_AFTER};
+use common::fixture::{capture, conf, engine, start, status_reply, Fixture, STEP_DOWN_AFTER};
 use common::manual::ManualBackend;
 use http::HeaderMap;
 use podsweep::clock::Clock;
 use podsweep::config::{keys, Settings};
 use podsweep::deleter::{classify_response, KubeDeleter, PodDeleter};
-use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind};
 use podsweep::scope::Scope;
 use podsweep::sweeper::DeleterSource;
 use tokio::time::Instant;
-
-fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// Item 6, configuration: a retain period or wait beyond what a timer can hold, or a rate so low
 /// that its wait overflows, is refused at start with an error that starts with the key.
@@ -109,15 +100,12 @@ async fn a_failed_scope_task_is_restarted_and_reported() {
     });
     let backend = ManualBackend::default();
     let signals = backend.signals.clone();
-    let engine = Engine::with_parts(
-        Settings::from_map(conf(&[(keys::CLEANUP_KIND, "ALL")])).unwrap(),
-        "server-a",
-        Arc::new(backend),
+    let engine = engine(
+        &[(keys::CLEANUP_KIND, "ALL")],
+        backend,
         source,
         Clock::System,
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
+    );
     let scope = Scope::new(None, Some("crash"));
     let mut obs = common::fixture::observation("boom", EventKind::Update, AppState::Finished);
     obs.terminated_at = Some(std::time::SystemTime::UNIX_EPOCH);
@@ -249,19 +237,12 @@ async fn a_leader_without_a_kubernetes_client_steps_down() {
     start();
     let backend = ManualBackend::default();
     let signals = backend.signals.clone();
-    let engine = Engine::with_parts(
-        Settings::from_map(conf(&[
-            (keys::CLEANUP_KIND, "ALL"),
-            (STEP_DOWN_AFTER, "PT2M"),
-        ]))
-        .unwrap(),
-        "server-a",
-        Arc::new(backend),
+    let engine = engine(
+        &[(keys::CLEANUP_KIND, "ALL"), (STEP_DOWN_AFTER, "PT2M")],
+        backend,
         Arc::new(|_| Box::pin(async { Err("no kubeconfig and not in a cluster".to_owned()) })),
         Clock::System,
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
+    );
     let scope = Scope::new(None, Some("noclient"));
     let mut obs = common::fixture::observation("nc", EventKind::Update, AppState::Finished);
     obs.terminated_at = Some(std::time::SystemTime::UNIX_EPOCH);

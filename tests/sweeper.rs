@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,23 +263,16 @@ async fn a_termination_time_in_the_future_counts_as_now() {
 #[tokio::test(start_paused = true)]
 async fn disallowed_scopes_and_bad_arguments_are_refused() {
     start();
-    let conf: HashMap<String, String> = [
-        (keys::CLEANUP_KIND, "ALL"),
-        (keys::NAMESPACE_ALLOW_LIST, "spark"),
-        (keys::CONTEXT_ALLOW_LIST, "prod"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let engine = Engine::with_parts(
-        Settings::from_map(conf).unwrap(),
-        "s",
-        Arc::new(ManualBackend::default()),
-        Arc::new(|_| Box::pin(async { Err("unused".to_owned()) })),
+    let engine = common::fixture::engine(
+        &[
+            (keys::CLEANUP_KIND, "ALL"),
+            (keys::NAMESPACE_ALLOW_LIST, "spark"),
+            (keys::CONTEXT_ALLOW_LIST, "prod"),
+        ],
+        ManualBackend::default(),
+        common::fixture::no_deleters(),
         Clock::System,
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
+    );
     let obs = Observation {
         kind: EventKind::Update,
         tag: "t".into(),

@@ -64,11 +64,7 @@ fn run<'local, T>(
         Ok(Ok(v)) => return v,
         Ok(Err(f)) => f,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = crate::logging::panic_message(panic.as_ref());
             Failure::Podsweep(format!("podsweep native panic: {what}"))
         }
     };

@@ -116,11 +116,7 @@ async fn supervise(mut sweeper: Sweeper, mut rx: mpsc::UnboundedReceiver<Command
         match AssertUnwindSafe(sweeper.run(&mut rx)).catch_unwind().await {
             Ok(Exit::Shutdown) | Ok(Exit::Released) => break,
             Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let what = crate::logging::panic_message(panic.as_ref());
                 let reason = format!("the cleanup task failed ({what}) and was restarted");
                 sweeper.metrics.set_unhealthy(UNHEALTHY_RESTARTED, &reason);
                 ScopeMetrics::inc(&sweeper.metrics.restarts);

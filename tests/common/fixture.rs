@@ -101,16 +101,9 @@ impl Fixture {
         ended_secs_ago: Option<u64>,
     ) -> Observation {
         let now = self.wall0 + Instant::now().duration_since(start());
-        Observation {
-            kind,
-            tag: format!("tag-{uid}"),
-            pod_name: format!("driver-{uid}"),
-            pod_uid: uid.to_owned(),
-            state,
-            has_app_selector: true,
-            terminated_at: ended_secs_ago.map(|s| now - Duration::from_secs(s)),
-            deletion_requested: false,
-        }
+        let mut obs = observation(uid, kind, state);
+        obs.terminated_at = ended_secs_ago.map(|s| now - Duration::from_secs(s));
+        obs
     }
 
     pub fn observe(&self, obs: Observation) {
@@ -216,4 +209,36 @@ pub fn observation(uid: &str, kind: EventKind, state: AppState) -> Observation {
         terminated_at: None,
         deletion_requested: false,
     }
+}
+
+/// A configuration map from pairs.
+pub fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// An engine with Kyuubi keys `pairs`, the given election backend and deleters, on the current
+/// runtime.
+pub fn engine(
+    pairs: &[(&str, &str)],
+    backend: ManualBackend,
+    source: DeleterSource,
+    clock: Clock,
+) -> Engine {
+    Engine::with_parts(
+        Settings::from_map(conf(pairs)).unwrap(),
+        "server-a",
+        Arc::new(backend),
+        source,
+        clock,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap()
+}
+
+/// Deleters that are never built (for tests that send nothing).
+pub fn no_deleters() -> DeleterSource {
+    Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }))
 }
