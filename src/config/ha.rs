@@ -7,7 +7,9 @@ use super::{
     ZkSettings, ETCD_CLIENT_CLASS, ZK_CLIENT_CLASS,
 };
 
-pub(super) fn parse_ha<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<HaSettings, ConfigError> {
+pub(super) fn parse_ha<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<HaSettings, ConfigError> {
     let addresses = get(keys::HA_ADDRESSES).or_else(|| get(keys::HA_ZK_QUORUM));
     let Some(addresses) = addresses else {
         return Ok(HaSettings::Local);

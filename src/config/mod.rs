@@ -424,7 +424,11 @@ fn positive_time(key: &str, v: &str) -> Result<Duration, ConfigError> {
     Ok(t)
 }
 
-pub(crate) fn parse_bool(key: &str, value: Option<&str>, default: bool) -> Result<bool, ConfigError> {
+pub(crate) fn parse_bool(
+    key: &str,
+    value: Option<&str>,
+    default: bool,
+) -> Result<bool, ConfigError> {
     match value {
         None => Ok(default),
         Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
