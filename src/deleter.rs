@@ -137,17 +137,21 @@ pub struct KubeDeleter {
 }
 
 impl KubeDeleter {
+    /// A deleter for the pods of `namespace`; the namespace and every pod name go into the
+    /// request path percent-encoded, whatever they contain.
     pub fn new(client: kube::Client, namespace: &str) -> Self {
+        let ns = crate::names::path_segment(namespace);
         KubeDeleter {
             client,
-            request: Request::new(format!("/api/v1/namespaces/{namespace}/pods")),
+            request: Request::new(format!("/api/v1/namespaces/{ns}/pods")),
         }
     }
 }
 
 impl PodDeleter for KubeDeleter {
     fn delete(&self, name: &str, uid: &str, dry_run: bool) -> BoxFuture<'static, Outcome> {
-        let built = self.request.delete(name, &delete_params(uid, dry_run));
+        let name = crate::names::path_segment(name);
+        let built = self.request.delete(&name, &delete_params(uid, dry_run));
         let client = self.client.clone();
         Box::pin(async move {
             let req = match built {
@@ -260,7 +264,8 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_retry_after)
-        .or(details_retry);
+        .or(details_retry)
+        .map(|d| d.min(MAX_RETRY_AFTER));
     Outcome {
         class,
         code: Some(code),
@@ -270,54 +275,22 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -
     }
 }
 
-/// `Retry-After`: delay-seconds, or an HTTP date (then the time left until it).
+/// The longest wait a server's `Retry-After` (header or `retryAfterSeconds`) can impose: ten
+/// minutes. Larger values (or an HTTP date years ahead) are taken as ten minutes, so no answer of
+/// the server can put a timer out of range or park a scope for good.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(600);
+
+/// `Retry-After`: delay-seconds, or an HTTP date (then the time left until it); not clamped.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let when = httpdate_parse(v)?;
+    let when = httpdate::parse_http_date(v).ok()?;
     Some(
         when.duration_since(std::time::SystemTime::now())
             .unwrap_or(Duration::ZERO),
     )
-}
-
-/// Parses an IMF-fixdate such as `Wed, 21 Oct 2015 07:28:00 GMT`.
-fn httpdate_parse(v: &str) -> Option<std::time::SystemTime> {
-    let parts: Vec<&str> = v.split_whitespace().collect();
-    if parts.len() != 6 || parts[5] != "GMT" {
-        return None;
-    }
-    let day: u64 = parts[1].parse().ok()?;
-    let month = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ]
-    .iter()
-    .position(|m| *m == parts[2])? as u64
-        + 1;
-    let year: i64 = parts[3].parse().ok()?;
-    let hms: Vec<u64> = parts[4]
-        .split(':')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    if hms.len() != 3 || !(1..=31).contains(&day) || hms[0] > 23 || hms[1] > 59 || hms[2] > 60 {
-        return None;
-    }
-    let days = days_from_civil(year, month, day)?;
-    let secs = u64::try_from(days).ok()? * 86_400 + hms[0] * 3600 + hms[1] * 60 + hms[2];
-    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
-}
-
-/// Days since 1970-01-01 for a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: u64, d: u64) -> Option<i64> {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    Some(era * 146_097 + doe - 719_468)
 }
 
 #[cfg(test)]
@@ -400,18 +373,31 @@ mod tests {
     #[test]
     fn http_dates() {
         assert_eq!(
-            httpdate_parse("Wed, 21 Oct 2015 07:28:00 GMT"),
-            Some(std::time::UNIX_EPOCH + Duration::from_secs(1_445_412_480))
-        );
-        assert_eq!(
-            httpdate_parse("Thu, 01 Jan 1970 00:00:00 GMT"),
-            Some(std::time::UNIX_EPOCH)
-        );
-        assert_eq!(httpdate_parse("yesterday"), None);
-        assert_eq!(
             parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT"),
             Some(Duration::ZERO)
         );
+        assert_eq!(parse_retry_after("yesterday"), None);
+        let later =
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(3600));
+        let left = parse_retry_after(&later).unwrap();
+        assert!(left > Duration::from_secs(3500) && left <= Duration::from_secs(3600));
+    }
+
+    /// Issue 10, item 6: a server cannot impose a wait beyond `MAX_RETRY_AFTER`.
+    #[test]
+    fn retry_after_is_clamped_to_ten_minutes() {
+        for ra in ["99999999999", "Fri, 01 Jan 9999 00:00:00 GMT", "601"] {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::RETRY_AFTER, ra.parse().unwrap());
+            let out = classify_response(StatusCode::TOO_MANY_REQUESTS, &h, b"{}");
+            assert_eq!(out.retry_after, Some(MAX_RETRY_AFTER), "{ra}");
+        }
+        let body = serde_json::to_vec(&serde_json::json!({
+            "kind": "Status", "code": 429, "details": {"retryAfterSeconds": 18446744073709551615u64}
+        }))
+        .unwrap();
+        let out = classify_response(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), &body);
+        assert_eq!(out.retry_after, Some(MAX_RETRY_AFTER));
     }
 
     #[test]

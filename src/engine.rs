@@ -3,18 +3,25 @@
 //! # Guarantees
 //! * [`Engine::observe`] never blocks on the network: it validates, looks the scope up (creating
 //!   its task on first use) and queues the event.
+//! * A namespace that is not a DNS-1123 label, or a pod name that is not a DNS-1123 subdomain, is
+//!   refused (`IllegalArgumentException` naming the argument): it cannot name a pod.
 //! * Pods in a scope outside `kyuubi.kubernetes.context.allow.list` /
-//!   `kyuubi.kubernetes.namespace.allow.list` are refused, never tracked.
+//!   `kyuubi.kubernetes.namespace.allow.list` are refused, never tracked, by Kyuubi's rule: only
+//!   a context or namespace the scope names is checked (an absent one is allowed). The first event
+//!   of a refused scope gets the error and one WARN is logged; later events of that scope are
+//!   ignored quietly.
+//! * Every event of a Kyuubi driver pod reaches its scope's task, so a pod observed running again
+//!   is disarmed there.
 //! * [`Engine::close`] deletes nothing; it stops every scope task and releases leadership.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use once_cell::sync::OnceCell;
 use thiserror::Error;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::config::{keys, CleanupKind, ConfigError, HaSettings, Settings};
@@ -26,7 +33,9 @@ use crate::election::{Backend, ElectionHandle, Leadership};
 use crate::kube_client;
 use crate::model::Observation;
 use crate::scope::Scope;
-use crate::sweeper::{self, Command, DeleterSource, ScopeHandle, SweeperConfig};
+use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
+
+type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
 
 #[derive(Debug, Error)]
 pub enum EngineError {
@@ -67,7 +76,10 @@ pub struct Engine {
     clock: Clock,
     rt: tokio::runtime::Handle,
     sweeper_cfg: SweeperConfig,
-    scopes: RwLock<HashMap<Scope, ScopeHandle>>,
+    scopes: ScopeTable,
+    /// Scopes the allow lists refused, with the error their first event got.
+    refused: RwLock<HashMap<Scope, String>>,
+    next_id: AtomicU64,
     closed: AtomicBool,
 }
 
@@ -111,6 +123,8 @@ impl Engine {
         }
         let mut sweeper_cfg = SweeperConfig::new(settings.kind, settings.retain);
         sweeper_cfg.leaderless_alert = settings.leaderless_alert;
+        sweeper_cfg.step_down_after = settings.step_down_after;
+        sweeper_cfg.idle_release = settings.idle_release;
         sweeper_cfg.tuning = settings.tuning.clone();
         match settings.kind {
             CleanupKind::None => info!(
@@ -134,7 +148,9 @@ impl Engine {
             clock,
             rt,
             sweeper_cfg,
-            scopes: RwLock::new(HashMap::new()),
+            scopes: Arc::default(),
+            refused: RwLock::default(),
+            next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
         })
     }
@@ -154,27 +170,44 @@ impl Engine {
                 message: "must not be empty".into(),
             });
         }
-        if obs.pod_name.is_empty() {
-            return Err(EngineError::Argument {
-                name: "podName",
-                message: "must not be empty".into(),
-            });
-        }
+        crate::names::check_pod_name(&obs.pod_name).map_err(|message| EngineError::Argument {
+            name: "podName",
+            message,
+        })?;
         if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
             return Ok(());
         }
-        let relevant = obs.is_cleaned() || obs.state.is_terminated();
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(&scope) {
-                if relevant {
-                    let _ = h.tx.send(Command::Observe(Box::new(obs)));
-                }
+                let _ = h.tx.send(Command::Observe(Box::new(obs)));
                 return Ok(());
             }
         }
-        // First event of a scope: check the allow lists once; a refused scope is never stored.
-        self.check_allowed(&scope)?;
+        // First event of a scope (or the first since it was released when idle).
+        if let Some(ns) = &scope.namespace {
+            crate::names::check_namespace(ns).map_err(|message| EngineError::Argument {
+                name: "namespace",
+                message,
+            })?;
+        }
+        if self
+            .refused
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&scope)
+        {
+            return Ok(());
+        }
+        if let Err(e) = self.check_allowed(&scope) {
+            warn!(
+                "Scope {scope} is refused: {e}; its pods are never tracked, and its later events \
+                 are ignored without a further error"
+            );
+            let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
+            refused.insert(scope, e.to_string());
+            return Err(e);
+        }
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         if self.closed.load(Ordering::Acquire) {
             return Err(EngineError::Closed);
@@ -182,31 +215,30 @@ impl Engine {
         let h = scopes
             .entry(scope.clone())
             .or_insert_with(|| self.start_scope(scope));
-        if relevant {
-            let _ = h.tx.send(Command::Observe(Box::new(obs)));
-        }
+        let _ = h.tx.send(Command::Observe(Box::new(obs)));
         Ok(())
     }
 
     fn start_scope(&self, scope: Scope) -> ScopeHandle {
         let _enter = self.rt.enter();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let election = ElectionHandle::start(&self.backend, scope.clone(), self.server_id.clone());
         sweeper::spawn(
-            scope,
+            scope.clone(),
+            id,
             self.sweeper_cfg.clone(),
             self.clock.clone(),
             election,
             self.source.clone(),
+            release_from(&self.scopes, scope, id),
         )
     }
 
+    /// Kyuubi's `checkKubernetesInfo`: a context or namespace the scope names must be in its
+    /// list when the list is not empty; an absent one (Kyuubi's `None`) is not checked.
     fn check_allowed(&self, scope: &Scope) -> Result<(), EngineError> {
         let s = &self.settings;
-        let context = scope
-            .context
-            .as_deref()
-            .or_else(|| s.get(keys::KUBE_CONTEXT));
-        if let Some(c) = context {
+        if let Some(c) = &scope.context {
             if !s.context_allow.is_empty() && !s.context_allow.contains(c) {
                 return Err(EngineError::Disallowed {
                     key: keys::CONTEXT_ALLOW_LIST,
@@ -215,16 +247,12 @@ impl Engine {
                 });
             }
         }
-        if !s.namespace_allow.is_empty() {
-            let ns = match &scope.namespace {
-                Some(ns) => ns.clone(),
-                None => kube_client::namespace(&kube_client::scope_conf(&s.raw, scope)),
-            };
-            if !s.namespace_allow.contains(&ns) {
+        if let Some(ns) = &scope.namespace {
+            if !s.namespace_allow.is_empty() && !s.namespace_allow.contains(ns) {
                 return Err(EngineError::Disallowed {
                     key: keys::NAMESPACE_ALLOW_LIST,
                     what: "namespace",
-                    value: ns,
+                    value: ns.to_owned(),
                 });
             }
         }
@@ -329,6 +357,25 @@ impl Drop for Engine {
         let handles = self.begin_close();
         drop(handles);
     }
+}
+
+/// How an idle scope task removes itself from the table: under the write lock, only if it is
+/// still this task's entry and no event is waiting in its queue.
+fn release_from(scopes: &ScopeTable, scope: Scope, id: u64) -> Release {
+    let table = Arc::downgrade(scopes);
+    Box::new(move |rx| {
+        let Some(table) = table.upgrade() else {
+            return true;
+        };
+        let mut scopes = table.write().unwrap_or_else(|p| p.into_inner());
+        if !rx.is_empty() {
+            return false;
+        }
+        if scopes.get(&scope).is_some_and(|h| h.id == id) {
+            scopes.remove(&scope);
+        }
+        true
+    })
 }
 
 /// Kubernetes deleters from Kyuubi's keys, one kube-rs client per scope.

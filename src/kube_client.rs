@@ -101,6 +101,9 @@ pub fn validate(conf: &HashMap<String, String>) -> Result<(), KubeClientError> {
             ));
         }
     }
+    if let Some(ns) = get(conf, keys::KUBE_NAMESPACE) {
+        crate::names::check_namespace(ns).map_err(|m| invalid(keys::KUBE_NAMESPACE, m))?;
+    }
     if get(conf, OAUTH_TOKEN).is_some() && get(conf, OAUTH_TOKEN_FILE).is_some() {
         return Err(invalid(
             OAUTH_TOKEN,
@@ -185,59 +188,18 @@ pub async fn build_client(conf: &HashMap<String, String>) -> Result<kube::Client
     kube::Client::try_from(cfg).map_err(|e| KubeClientError::Build(e.to_string()))
 }
 
-/// DER blobs of the CERTIFICATE blocks in a PEM bundle.
-fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let text = std::str::from_utf8(pem).map_err(|_| "not a PEM file".to_owned())?;
-    let mut out = Vec::new();
-    let mut body: Option<String> = None;
-    for line in text.lines() {
-        let line = line.trim();
-        if line == "-----BEGIN CERTIFICATE-----" {
-            body = Some(String::new());
-        } else if line == "-----END CERTIFICATE-----" {
-            let b64 = body.take().ok_or("END without BEGIN")?;
-            out.push(base64_decode(&b64).ok_or("bad base64 in a certificate")?);
-        } else if let Some(b) = body.as_mut() {
-            b.push_str(line);
-        }
-    }
-    if out.is_empty() {
+/// DER blobs of the CERTIFICATE blocks in a PEM bundle (the `pem` crate parses it).
+fn pem_certificates(bundle: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let blocks = pem::parse_many(bundle).map_err(|e| format!("not a PEM bundle: {e}"))?;
+    let certs: Vec<Vec<u8>> = blocks
+        .into_iter()
+        .filter(|b| b.tag() == "CERTIFICATE")
+        .map(pem::Pem::into_contents)
+        .collect();
+    if certs.is_empty() {
         return Err("no CERTIFICATE block found".into());
     }
-    Ok(out)
-}
-
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let val = |c: u8| -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    };
-    let bytes: Vec<u8> = s.bytes().filter(|b| *b != b'=').collect();
-    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
-    for chunk in bytes.chunks(4) {
-        let mut acc = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            acc |= val(c)? << (18 - 6 * i);
-        }
-        let n = chunk.len();
-        if n < 2 {
-            return None;
-        }
-        out.push((acc >> 16) as u8);
-        if n > 2 {
-            out.push((acc >> 8) as u8);
-        }
-        if n > 3 {
-            out.push(acc as u8);
-        }
-    }
-    Some(out)
+    Ok(certs)
 }
 
 #[cfg(test)]
@@ -291,6 +253,8 @@ mod tests {
         assert!(e.to_string().starts_with(TRUST_CERTS), "{e}");
         let e = validate(&conf(&[(OAUTH_TOKEN, "t"), (OAUTH_TOKEN_FILE, "/f")])).unwrap_err();
         assert!(e.to_string().contains(OAUTH_TOKEN_FILE), "{e}");
+        let e = validate(&conf(&[(keys::KUBE_NAMESPACE, "x/../kube-system")])).unwrap_err();
+        assert!(e.to_string().starts_with(keys::KUBE_NAMESPACE), "{e}");
         validate(&conf(&[(MASTER, "http://127.0.0.1:8080")])).unwrap();
     }
 
@@ -312,10 +276,15 @@ mod tests {
 
     #[test]
     fn pem_decoding() {
-        assert_eq!(base64_decode("aGVsbG8="), Some(b"hello".to_vec()));
-        assert_eq!(base64_decode("aGk="), Some(b"hi".to_vec()));
         let pem = b"-----BEGIN CERTIFICATE-----\naGVs\nbG8=\n-----END CERTIFICATE-----\n";
         assert_eq!(pem_certificates(pem).unwrap(), vec![b"hello".to_vec()]);
         assert!(pem_certificates(b"nothing").is_err());
+        let key = b"-----BEGIN PRIVATE KEY-----\naGk=\n-----END PRIVATE KEY-----\n";
+        assert!(
+            pem_certificates(key).is_err(),
+            "only CERTIFICATE blocks count"
+        );
+        let bad = b"-----BEGIN CERTIFICATE-----\n@@@@\n-----END CERTIFICATE-----\n";
+        assert!(pem_certificates(bad).is_err());
     }
 }

@@ -8,16 +8,22 @@
 //!    not passed, for a pod whose record says: Kyuubi Spark driver pod (labels `kyuubi-unique-tag`
 //!    and `spark-app-selector`), terminated, allowed by the cleanup kind, deadline passed, not
 //!    already deleting or gone. It carries a UID precondition, so a re-created pod with the same
-//!    name is never deleted.
+//!    name is never deleted. Names that are not Kubernetes names are refused; paths are encoded.
 //! 2. Leadership is an efficiency lock, not a correctness lock: two leaders may overlap for a
-//!    moment; the cost is a duplicate DELETE that ends in 404 or 409.
+//!    moment; the cost is a duplicate DELETE that ends in 404 or 409. The lease is checked at send
+//!    time: a DELETE still in flight when it lapses is dropped.
 //! 3. Deadline = time the pod terminated + retain period; first observation when the pod carries
-//!    no time; a time in the future counts as now. A new leader keeps the old clock.
+//!    no time; a time in the future counts as now; for a pod seen running, never earlier than its
+//!    last running sighting nor its first terminated sighting minus 10 s. A new leader keeps the
+//!    old clock.
 //! 4. A DELETE event or a `deletionTimestamp` means cleaned: the schedule is cancelled and never
-//!    armed again for that UID.
-//! 5. `close()` deletes nothing; it releases leadership so a successor takes over at once.
-//! 6. JNI entry points never block on the network and never let a panic cross the boundary.
-//! 7. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
+//!    armed again for that UID. A non-terminal state disarms it (no tombstone).
+//! 5. The first terminal state of a termination decides, as in Kyuubi.
+//! 6. `close()` deletes nothing; it releases leadership so a successor takes over at once.
+//! 7. JNI entry points never block on the network and never let a panic cross the boundary.
+//! 8. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
+//! 9. A leader that completes no DELETE for `ha.stepDownAfter` while DELETEs are due steps down.
+//! 10. A failed scope task is restarted with its records and reported unhealthy.
 
 pub mod clock;
 pub mod config;
@@ -29,6 +35,7 @@ pub mod kube_client;
 pub mod logging;
 pub mod metrics;
 pub mod model;
+pub mod names;
 pub mod schedule;
 pub mod scope;
 pub mod sweeper;

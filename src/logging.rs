@@ -21,6 +21,15 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
+/// The message of a caught panic (its `&str` or `String` payload).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// Where formatted records end up.
 pub trait LogSink: Send + Sync + 'static {
     /// `level`: 1 ERROR, 2 WARN, 3 INFO, 4 DEBUG, 5 TRACE.

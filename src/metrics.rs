@@ -1,6 +1,7 @@
 //! Counters and gauges per scope, readable from the JVM as a JSON snapshot.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
 
 use crate::deleter::OutcomeClass;
 
@@ -18,8 +19,14 @@ pub struct ScopeMetrics {
     pub leader: AtomicU64,
     /// Epoch milliseconds since when no leader is reachable (Paused / NoQuorum); 0 when one is.
     pub leaderless_since_ms: AtomicU64,
-    /// 1 once the scope has been leaderless for longer than the alert threshold.
+    /// Why the scope is unhealthy: a set of `UNHEALTHY_*` bits; 0 is healthy.
     pub unhealthy: AtomicU64,
+    /// The reason of the most recent unhealthy bit set.
+    health_reason: Mutex<String>,
+    pub disarmed: AtomicU64,
+    pub spared: AtomicU64,
+    /// Cleanup task restarts after a failure.
+    pub restarts: AtomicU64,
     /// Age of the oldest pod past its deadline, measured every few seconds.
     pub oldest_overdue_ms: AtomicU64,
     outcomes: [AtomicU64; 8],
@@ -31,12 +38,30 @@ pub struct ScopeMetrics {
 
 const LAG_BUCKETS: usize = 14;
 
+/// No reachable leader for longer than `ha.leaderlessAlertAfter`.
+pub const UNHEALTHY_LEADERLESS: u64 = 1;
+/// This server could not complete a DELETE for `ha.stepDownAfter` while DELETEs were due.
+pub const UNHEALTHY_CANNOT_DELETE: u64 = 2;
+/// The scope's task failed and was restarted recently.
+pub const UNHEALTHY_RESTARTED: u64 = 4;
+
 /// Upper bound of lag bucket `k`, in seconds.
 fn lag_bound(k: usize) -> f64 {
     0.1 * f64::from(1u32 << k)
 }
 
 impl ScopeMetrics {
+    /// Sets an unhealthy bit with its reason.
+    pub fn set_unhealthy(&self, bit: u64, reason: &str) {
+        *self.health_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason.to_owned();
+        self.unhealthy.fetch_or(bit, Relaxed);
+    }
+
+    /// Clears an unhealthy bit; true if it was set.
+    pub fn clear_unhealthy(&self, bit: u64) -> bool {
+        self.unhealthy.fetch_and(!bit, Relaxed) & bit != 0
+    }
+
     pub fn outcome(&self, class: OutcomeClass) {
         self.outcomes[class.index()].fetch_add(1, Relaxed);
     }
@@ -113,6 +138,13 @@ impl ScopeMetrics {
             "leadership_transitions": self.transitions.load(Relaxed),
             "leader": self.leader.load(Relaxed),
             "healthy": self.unhealthy.load(Relaxed) == 0,
+            "health_reason": match self.unhealthy.load(Relaxed) {
+                0 => serde_json::Value::Null,
+                _ => self.health_reason.lock().unwrap_or_else(|p| p.into_inner()).clone().into(),
+            },
+            "disarmed": self.disarmed.load(Relaxed),
+            "spared": self.spared.load(Relaxed),
+            "restarts": self.restarts.load(Relaxed),
             "leaderless_ms": match self.leaderless_since_ms.load(Relaxed) {
                 0 => 0,
                 since => epoch_ms().saturating_sub(since),

@@ -5,19 +5,46 @@
 
 use std::time::{Duration, SystemTime};
 
-/// Time left until a pod is due.
+/// How long after a pod terminated podsweep may first see it terminated, when it was watching:
+/// the informer's delivery time. Also the most a node clock running behind the server's can
+/// hasten the deletion of a pod podsweep saw run (10 s).
+pub const SKEW_TOLERANCE: Duration = Duration::from_secs(10);
+
+/// When a pod's retain period starts.
 ///
-/// `anchor` is when the pod terminated, as the pod says; when the pod carries no time, the first
-/// observation of it stands in. A time in the future (clock skew) counts as now, so a skewed
-/// clock can delay a deletion by at most the skew, never hasten it.
+/// `terminated_at` is when the pod terminated, as the pod says (the kubelet's clock); when the
+/// pod carries no time, the first observation of it stands in. The anchor is bounded by
+/// podsweep's own clock on both sides:
+/// * for a pod podsweep saw in a non-terminal state (`seen_running`), it was watching when the
+///   pod terminated, so the termination is dated no earlier than the last running sighting, nor
+///   than `first_seen - SKEW_TOLERANCE`: a node clock running behind hastens such a deletion by
+///   at most [`SKEW_TOLERANCE`]. A pod first seen already terminated (a server that just started)
+///   keeps its own time, so a new server keeps the old clock;
+/// * never later than `now` (a time in the future counts as now), so a node clock running ahead
+///   delays a deletion by at most its skew.
+pub fn anchor(
+    terminated_at: Option<SystemTime>,
+    first_seen: SystemTime,
+    seen_running: Option<SystemTime>,
+    now: SystemTime,
+) -> SystemTime {
+    let pod_time = terminated_at.unwrap_or(first_seen);
+    let floor = seen_running.map(|r| {
+        let watched = first_seen.checked_sub(SKEW_TOLERANCE).unwrap_or(first_seen);
+        r.max(watched)
+    });
+    floor.map_or(pod_time, |f| pod_time.max(f)).min(now)
+}
+
+/// Time left until a pod is due: from [`anchor`] plus the retain period.
 pub fn time_left(
     terminated_at: Option<SystemTime>,
     first_seen: SystemTime,
+    seen_running: Option<SystemTime>,
     retain: Duration,
     now: SystemTime,
 ) -> Duration {
-    let anchor = terminated_at.unwrap_or(first_seen).min(now);
-    let deadline = anchor + retain;
+    let deadline = anchor(terminated_at, first_seen, seen_running, now) + retain;
     deadline.duration_since(now).unwrap_or(Duration::ZERO)
 }
 
@@ -25,10 +52,11 @@ pub fn time_left(
 pub fn deadline(
     terminated_at: Option<SystemTime>,
     first_seen: SystemTime,
+    seen_running: Option<SystemTime>,
     retain: Duration,
     now: SystemTime,
 ) -> SystemTime {
-    terminated_at.unwrap_or(first_seen).min(now) + retain
+    anchor(terminated_at, first_seen, seen_running, now) + retain
 }
 
 /// Retry delay after a failed DELETE: exponential from 1 s, capped, with up to 20 % jitter
@@ -60,23 +88,32 @@ mod tests {
     #[test]
     fn time_left_table() {
         let retain = Duration::from_secs(300);
-        // (terminated_at, first_seen, now, expected left)
-        let table: &[(Option<u64>, u64, u64, u64)] = &[
+        // (terminated_at, first_seen, seen_running, now, expected left)
+        type Row = (Option<u64>, u64, Option<u64>, u64, u64);
+        let table: &[Row] = &[
             // terminated just now: a full retain period
-            (Some(T0), T0, T0, 300),
+            (Some(T0), T0, None, T0, 300),
             // terminated 100 s before we saw it: the old clock is kept
-            (Some(T0), T0 + 100, T0 + 100, 200),
+            (Some(T0), T0 + 100, None, T0 + 100, 200),
             // long overdue (e.g. a new leader after failover): due at once
-            (Some(T0), T0 + 1000, T0 + 1000, 0),
+            (Some(T0), T0 + 1000, None, T0 + 1000, 0),
+            // a node clock 3 min behind, the pod seen running an hour before: 10 s early at most
+            (Some(T0 - 180), T0, Some(T0 - 3600), T0, 290),
+            // the same pod seen running 2 s before it ended: not before that
+            (Some(T0 - 180), T0, Some(T0 - 2), T0, 298),
+            // seen running, its own time within the tolerance: its own time wins
+            (Some(T0 - 4), T0, Some(T0 - 600), T0, 296),
+            // first seen already terminated (a server that just started): its own time
+            (Some(T0 - 180), T0, None, T0, 120),
             // no time on the pod: first observation stands in
-            (None, T0 + 10, T0 + 20, 290),
+            (None, T0 + 10, None, T0 + 20, 290),
             // a termination time in the future counts as now
-            (Some(T0 + 500), T0, T0, 300),
+            (Some(T0 + 500), T0, None, T0, 300),
             // exactly at the deadline
-            (Some(T0), T0, T0 + 300, 0),
+            (Some(T0), T0, None, T0 + 300, 0),
         ];
-        for &(term, seen, now, want) in table {
-            let got = time_left(term.map(at), at(seen), retain, at(now));
+        for &(term, seen, running, now, want) in table {
+            let got = time_left(term.map(at), at(seen), running.map(at), retain, at(now));
             assert_eq!(got, Duration::from_secs(want), "{term:?} {seen} {now}");
         }
     }
@@ -84,8 +121,16 @@ mod tests {
     #[test]
     fn deadline_matches_time_left() {
         let retain = Duration::from_secs(60);
-        let d = deadline(Some(at(T0)), at(T0 + 5), retain, at(T0 + 10));
+        let d = deadline(Some(at(T0)), at(T0 + 5), None, retain, at(T0 + 10));
         assert_eq!(d, at(T0 + 60));
+        let ran = deadline(
+            Some(at(T0)),
+            at(T0 + 5),
+            Some(at(T0 + 3)),
+            retain,
+            at(T0 + 10),
+        );
+        assert_eq!(ran, at(T0 + 63), "not before it was last seen running");
     }
 
     #[test]

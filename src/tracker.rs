@@ -9,9 +9,16 @@
 //! * A DELETE event or a `deletionTimestamp` tombstones the UID: its record is dropped and no later
 //!   event for that UID arms it again (tombstones are kept for `tombstone_ttl`, far longer than
 //!   an informer takes to deliver a pod's last events).
-//! * The first terminal state observed is the one the cleanup kind judges (as in Kyuubi).
+//! * The first terminal state observed is the one the cleanup kind judges (as in Kyuubi): a UID
+//!   whose first terminal state the kind rejects (e.g. FAILED under COMPLETED) is remembered as
+//!   *spared*, and a later FINISHED of the same UID does not arm it.
+//! * A non-terminal observation (the pod runs again, e.g. after `ImagePullBackOff` mapped to
+//!   FAILED) ends the termination: the record is disarmed and the spared mark dropped, without a
+//!   tombstone, so a later termination is tracked and judged afresh.
+//! * The last time a driver pod was seen in a non-terminal state is kept while the pod lives, and
+//!   its termination is never dated earlier (see [`crate::schedule::anchor`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -41,6 +48,9 @@ pub struct Record {
     pub state: AppState,
     pub terminated_at: Option<SystemTime>,
     pub first_seen: SystemTime,
+    /// The last time the pod was seen in a non-terminal state, if it was.
+    pub seen_running: Option<SystemTime>,
+    /// Changed only through [`Tracker::set_stage`], which keeps the per-stage counts.
     pub stage: Stage,
     /// Failed DELETE attempts so far.
     pub attempts: u32,
@@ -57,10 +67,19 @@ pub enum Verdict {
     Rearm,
     /// The pod is cleaned: cancel whatever was pending for it (the record is gone).
     Cancel(Record),
+    /// The pod is not terminated any more: cancel whatever was pending for it (the record is
+    /// gone, without a tombstone: it may terminate again).
+    Disarm(Record),
 }
 
 pub struct Tracker {
     records: HashMap<Arc<str>, Record>,
+    /// UIDs whose first terminal state the cleanup kind rejected.
+    spared: HashSet<Arc<str>>,
+    /// Driver pods seen in a non-terminal state, and when last.
+    running: HashMap<Arc<str>, SystemTime>,
+    /// Records per stage, indexed by `Stage as usize`.
+    counts: [usize; 4],
     tombstones: HashMap<Arc<str>, Instant>,
     tombstone_order: VecDeque<(Instant, Arc<str>)>,
     tombstone_ttl: Duration,
@@ -70,6 +89,9 @@ impl Tracker {
     pub fn new(tombstone_ttl: Duration) -> Self {
         Tracker {
             records: HashMap::new(),
+            spared: HashSet::new(),
+            running: HashMap::new(),
+            counts: [0; 4],
             tombstones: HashMap::new(),
             tombstone_order: VecDeque::new(),
             tombstone_ttl,
@@ -91,12 +113,27 @@ impl Tracker {
         }
         if obs.is_cleaned() {
             self.tombstone(uid.clone(), now);
-            return match self.records.remove(uid) {
+            self.spared.remove(uid);
+            self.running.remove(uid);
+            return match self.remove(uid) {
                 Some(r) => Verdict::Cancel(r),
                 None => Verdict::Ignore,
             };
         }
-        if !obs.is_kyuubi_driver() || !obs.state.is_terminated() {
+        if !obs.is_kyuubi_driver() {
+            return Verdict::Ignore;
+        }
+        if !obs.state.is_terminated() {
+            self.spared.remove(uid);
+            self.running.insert(uid.clone(), now_wall);
+            return match self.remove(uid) {
+                Some(r) => Verdict::Disarm(r),
+                None => Verdict::Ignore,
+            };
+        }
+        let seen_running = self.running.remove(uid);
+        if self.spared.contains(uid) {
+            // The first terminal state decided: the kind does not delete this pod.
             return Verdict::Ignore;
         }
         if let Some(rec) = self.records.get_mut(uid) {
@@ -107,8 +144,12 @@ impl Tracker {
             return Verdict::Ignore;
         }
         if !obs.state.cleaned_by(kind) {
+            if kind != CleanupKind::None {
+                self.spared.insert(uid.clone());
+            }
             return Verdict::Ignore;
         }
+        self.counts[Stage::Scheduled as usize] += 1;
         self.records.insert(
             uid.clone(),
             Record {
@@ -117,6 +158,7 @@ impl Tracker {
                 state: obs.state,
                 terminated_at: obs.terminated_at,
                 first_seen: now_wall,
+                seen_running,
                 stage: Stage::Scheduled,
                 attempts: 0,
             },
@@ -127,13 +169,63 @@ impl Tracker {
     /// Marks a UID done after a DELETE settled it (accepted, absent, or replaced).
     pub fn settle(&mut self, uid: &Arc<str>, now: Instant) -> Option<Record> {
         self.tombstone(uid.clone(), now);
-        self.records.remove(uid)
+        self.remove(uid)
+    }
+
+    fn remove(&mut self, uid: &str) -> Option<Record> {
+        let rec = self.records.remove(uid)?;
+        self.counts[rec.stage as usize] -= 1;
+        Some(rec)
+    }
+
+    /// Moves a record to `stage`; false if there is no record for `uid`.
+    pub fn set_stage(&mut self, uid: &str, stage: Stage) -> bool {
+        let Some(rec) = self.records.get_mut(uid) else {
+            return false;
+        };
+        self.counts[rec.stage as usize] -= 1;
+        self.counts[stage as usize] += 1;
+        rec.stage = stage;
+        true
+    }
+
+    /// How many records are in `stage` (O(1)).
+    pub fn count(&self, stage: Stage) -> usize {
+        self.counts[stage as usize]
+    }
+
+    /// UIDs spared by the cleanup kind (their first terminal state is not deleted).
+    pub fn spared_count(&self) -> usize {
+        self.spared.len()
+    }
+
+    /// Driver pods seen in a non-terminal state and not gone yet.
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Nothing tracked: no record, no spared or running UID, and no tombstone younger than its
+    /// TTL.
+    pub fn is_idle(&mut self, now: Instant) -> bool {
+        self.prune(now);
+        self.records.is_empty()
+            && self.spared.is_empty()
+            && self.running.is_empty()
+            && self.tombstones.is_empty()
+    }
+
+    /// When the youngest tombstone expires, if there is one.
+    pub fn tombstones_expire_at(&self) -> Option<Instant> {
+        self.tombstone_order
+            .back()
+            .map(|(at, _)| *at + self.tombstone_ttl)
     }
 
     pub fn get(&self, uid: &str) -> Option<&Record> {
         self.records.get(uid)
     }
 
+    /// Mutable access to a record; its stage must be changed through [`Tracker::set_stage`].
     pub fn get_mut(&mut self, uid: &str) -> Option<&mut Record> {
         self.records.get_mut(uid)
     }
@@ -175,7 +267,7 @@ impl Tracker {
 
     fn prune(&mut self, now: Instant) {
         while let Some((at, _)) = self.tombstone_order.front() {
-            if now.duration_since(*at) < self.tombstone_ttl {
+            if now.saturating_duration_since(*at) < self.tombstone_ttl {
                 break;
             }
             if let Some((_, uid)) = self.tombstone_order.pop_front() {
@@ -285,12 +377,23 @@ mod tests {
         assert_eq!(
             run(
                 &mut t,
-                &obs(EventKind::Update, "f", AppState::Failed),
+                &obs(EventKind::Update, "f2", AppState::Failed),
                 CleanupKind::All,
                 now
             ),
             Verdict::Arm
         );
+        // FAILED came first for "f": a later FINISHED of the same UID is not deleted either.
+        assert_eq!(
+            run(
+                &mut t,
+                &obs(EventKind::Update, "f", AppState::Finished),
+                CleanupKind::Completed,
+                now
+            ),
+            Verdict::Ignore
+        );
+        assert_eq!(t.spared_count(), 2);
         assert_eq!(
             run(
                 &mut t,
@@ -369,6 +472,36 @@ mod tests {
         timed.terminated_at = Some(SystemTime::UNIX_EPOCH);
         assert_eq!(run(&mut t, &timed, CleanupKind::All, now), Verdict::Rearm);
         assert_eq!(run(&mut t, &timed, CleanupKind::All, now), Verdict::Ignore);
+    }
+
+    #[test]
+    fn running_again_disarms_without_a_tombstone() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        let arm = run(
+            &mut t,
+            &obs(EventKind::Update, "u", AppState::Failed),
+            CleanupKind::All,
+            now,
+        );
+        assert_eq!(arm, Verdict::Arm);
+        assert_eq!(t.count(Stage::Scheduled), 1);
+        let v = run(
+            &mut t,
+            &obs(EventKind::Update, "u", AppState::Running),
+            CleanupKind::All,
+            now,
+        );
+        assert!(matches!(v, Verdict::Disarm(_)), "{v:?}");
+        assert_eq!(t.count(Stage::Scheduled), 0);
+        assert!(!t.is_tombstoned("u"));
+        let again = run(
+            &mut t,
+            &obs(EventKind::Update, "u", AppState::Finished),
+            CleanupKind::All,
+            now,
+        );
+        assert_eq!(again, Verdict::Arm, "a later termination is tracked afresh");
     }
 
     #[test]

@@ -338,3 +338,111 @@ async fn a_frozen_leader_sends_nothing_after_it_wakes() {
     assert_eq!(*rb.uids.lock().unwrap(), ["frozen-pod"]);
     b.close_async(Duration::from_secs(5)).await;
 }
+
+/// Answers every DELETE with 403, as an API server does for a server with the wrong service
+/// account, and counts them.
+#[derive(Default)]
+struct Refusing(std::sync::atomic::AtomicUsize);
+
+impl podsweep::deleter::PodDeleter for Refusing {
+    fn delete(
+        &self,
+        _name: &str,
+        _uid: &str,
+        _dry_run: bool,
+    ) -> futures::future::BoxFuture<'static, podsweep::deleter::Outcome> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async {
+            podsweep::deleter::Outcome {
+                class: podsweep::deleter::OutcomeClass::Forbidden,
+                code: Some(403),
+                reason: "Forbidden".into(),
+                message: "pods is forbidden: wrong service account".into(),
+                retry_after: None,
+            }
+        })
+    }
+}
+
+/// Issue 10, item 7, with a real ZooKeeper: a leader that gets only 403s steps down after
+/// `ha.stepDownAfter` and a server that can delete takes over and deletes the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_cannot_delete_hands_over_to_one_that_can() {
+    let zk = ZkServer::start();
+    let with_step_down = |id: &str, source: DeleterSource| {
+        let conf: HashMap<String, String> = [
+            (keys::CLEANUP_KIND, "ALL"),
+            (keys::RETAIN_PERIOD, "500"),
+            (keys::HA_ADDRESSES, zk.addr().as_str()),
+            (keys::HA_NAMESPACE, "podsweep_it_stepdown"),
+            (keys::ZK_SESSION_TIMEOUT, "2000"),
+            (keys::STEP_DOWN_AFTER, "PT3S"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let settings = Settings::from_map(conf).unwrap();
+        let HaSettings::ZooKeeper(z) = settings.ha.clone() else {
+            panic!("zookeeper expected")
+        };
+        Engine::with_parts(
+            settings,
+            id,
+            Arc::new(ZooKeeperBackend::new(z)),
+            source,
+            Clock::System,
+            tokio::runtime::Handle::current(),
+        )
+        .unwrap()
+    };
+    let refusing = Arc::new(Refusing::default());
+    let r = refusing.clone();
+    let canary = with_step_down(
+        "canary",
+        Arc::new(move |_| {
+            let d: Arc<dyn podsweep::deleter::PodDeleter> = r.clone();
+            Box::pin(async move { Ok(d) })
+        }),
+    );
+    canary
+        .observe(
+            scope(),
+            pod("warm", EventKind::Add, AppState::Running, None),
+        )
+        .unwrap();
+    wait_for("the canary leads", Duration::from_secs(20), || {
+        canary.leadership(&scope()) == Some(Leadership::Leading)
+    })
+    .await;
+    let good_rec = Arc::new(Recorder::default());
+    let good = with_step_down("good", recorder::source(good_rec.clone()));
+    for e in [&canary, &good] {
+        e.observe(
+            scope(),
+            pod("due", EventKind::Update, AppState::Finished, hour_ago()),
+        )
+        .unwrap();
+    }
+    let took = wait_for(
+        "the good server deletes the pod",
+        Duration::from_secs(60),
+        || good_rec.count() == 1,
+    )
+    .await;
+    assert!(
+        took >= Duration::from_secs(3),
+        "not before the window: {took:?}"
+    );
+    assert!(refusing.0.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    let st: serde_json::Value = serde_json::from_str(&canary.status_json(&scope())).unwrap();
+    assert_eq!(st["healthy"], false, "{st}");
+    assert!(
+        st["health_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("completed no DELETE")),
+        "{st}"
+    );
+    assert_eq!(good.leadership(&scope()), Some(Leadership::Leading));
+    canary.close_async(Duration::from_secs(5)).await;
+    good.close_async(Duration::from_secs(5)).await;
+}

@@ -23,6 +23,10 @@ impl Backend for LocalBackend {
         "local"
     }
 
+    fn can_step_down(&self) -> bool {
+        false
+    }
+
     fn campaign(
         &self,
         _scope: Scope,

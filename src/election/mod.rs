@@ -12,6 +12,14 @@
 //!   fencing token. Two leaders may overlap for at most the lease margin; the cost is a duplicate
 //!   DELETE that ends in 404 or 409.
 //!
+//! * [`ElectionHandle::step_down`] releases leadership (the campaign is cancelled, so the backend
+//!   resigns) and keeps this candidate out of the election for the hold time; then it campaigns
+//!   again. A candidate that steps down every time it leads therefore holds leadership at most
+//!   once per hold time.
+//! * [`Authority::within_lease`] drops a DELETE still in flight (connecting, or waiting for its
+//!   answer) the moment the lease deadline passes without renewal, so no request is written
+//!   after the lease lapsed, however long the connection takes.
+//!
 //! # Caveats
 //! * A backend must release leadership before its campaign future returns after cancellation.
 
@@ -20,12 +28,14 @@ pub mod etcd;
 pub mod local;
 pub mod zookeeper;
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::scope::Scope;
@@ -161,6 +171,18 @@ pub trait Backend: Send + Sync + 'static {
         signal: LeaderSignal,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, ()>;
+
+    /// Whether stepping down hands leadership to another server (false for `local`, where every
+    /// server leads its own scopes).
+    fn can_step_down(&self) -> bool {
+        true
+    }
+}
+
+/// A request to give up leadership for a while.
+struct StepDown {
+    hold: Duration,
+    reason: String,
 }
 
 /// The sweeper's side of one scope's election.
@@ -168,6 +190,8 @@ pub struct ElectionHandle {
     status: watch::Receiver<Status>,
     lease: LeaseCell,
     cancel: CancellationToken,
+    step_down: mpsc::UnboundedSender<StepDown>,
+    can_step_down: bool,
     task: Option<JoinHandle<()>>,
 }
 
@@ -176,13 +200,36 @@ impl ElectionHandle {
     pub fn start(backend: &Arc<dyn Backend>, scope: Scope, identity: String) -> Self {
         let (signal, status, lease) = LeaderSignal::new();
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(backend.campaign(scope, identity, signal, cancel.clone()));
+        let (step_down, requests) = mpsc::unbounded_channel();
+        let task = tokio::spawn(campaigns(
+            backend.clone(),
+            scope,
+            identity,
+            signal,
+            cancel.clone(),
+            requests,
+        ));
         ElectionHandle {
             status,
             lease,
             cancel,
+            step_down,
+            can_step_down: backend.can_step_down(),
             task: Some(task),
         }
+    }
+
+    /// Gives up leadership and stays out of the election for `hold`; false (nothing done) when
+    /// the backend has no other candidate to hand over to (`local`).
+    pub fn step_down(&self, hold: Duration, reason: &str) -> bool {
+        self.can_step_down
+            && self
+                .step_down
+                .send(StepDown {
+                    hold,
+                    reason: reason.to_owned(),
+                })
+                .is_ok()
     }
 
     /// True when a DELETE may be sent now: leading, and the lease deadline is still ahead.
@@ -229,6 +276,24 @@ pub struct Authority {
 }
 
 impl Authority {
+    /// Runs `request` while the lease holds: it is dropped (and `None` returned) when the lease
+    /// deadline passes without renewal, or at once if there is no lease.
+    pub async fn within_lease<F: Future>(&self, request: F) -> Option<F::Output> {
+        tokio::pin!(request);
+        loop {
+            let until = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
+            let until = until?;
+            tokio::select! {
+                biased;
+                out = &mut request => return Some(out),
+                _ = sleep_until(until) => {}
+            }
+            if !self.may_act() {
+                return None;
+            }
+        }
+    }
+
     pub fn may_act(&self) -> bool {
         if self.status.borrow().leadership != Leadership::Leading {
             return false;
@@ -241,5 +306,43 @@ impl Authority {
 impl Drop for ElectionHandle {
     fn drop(&mut self) {
         self.cancel.cancel();
+    }
+}
+
+/// Runs the backend's campaigns for one scope: one at a time, a new one after each step-down and
+/// its hold time, until `cancel` fires.
+async fn campaigns(
+    backend: Arc<dyn Backend>,
+    scope: Scope,
+    identity: String,
+    signal: LeaderSignal,
+    cancel: CancellationToken,
+    mut requests: mpsc::UnboundedReceiver<StepDown>,
+) {
+    loop {
+        let term = cancel.child_token();
+        let mut campaign = backend.campaign(
+            scope.clone(),
+            identity.clone(),
+            signal.clone(),
+            term.clone(),
+        );
+        let request = tokio::select! {
+            _ = &mut campaign => return,
+            r = requests.recv() => r,
+        };
+        term.cancel();
+        campaign.await;
+        let Some(StepDown { hold, reason }) = request else {
+            return;
+        };
+        signal.follow(&format!(
+            "stepped down: {reason}; back in the election in {hold:?}"
+        ));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = sleep(hold) => {}
+        }
+        while requests.try_recv().is_ok() {}
     }
 }

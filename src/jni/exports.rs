@@ -213,8 +213,9 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_close<'l>(
         if handle == 0 {
             return Ok(());
         }
-        // SAFETY: `handle` is the pointer `create` leaked with Box::into_raw; the Java side calls
-        // close once, under its write lock, and zeroes the handle, so no other call can use it.
+        // SAFETY: `handle` is the pointer `create` leaked with Box::into_raw; the Java side zeroes
+        // its handle under its write lock (after every running call returned) and then calls
+        // close once with the old value, so no other call can use it any more.
         let engine = unsafe { Box::from_raw(handle as *mut Engine) };
         engine.close(CLOSE_TIMEOUT);
         drop(engine);
@@ -222,6 +223,9 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_close<'l>(
     })
 }
 
+/// Panics on purpose, so the JVM suites can check the panic policy. Only in builds with the
+/// `jni-test-hooks` feature: the shipped library does not export it.
+#[cfg(feature = "jni-test-hooks")]
 #[no_mangle]
 pub extern "system" fn Java_org_podsweep_NativeBridge_panicForTest<'l>(
     mut env: JNIEnv<'l>,

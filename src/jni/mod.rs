@@ -64,11 +64,7 @@ fn run<'local, T>(
         Ok(Ok(v)) => return v,
         Ok(Err(f)) => f,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = crate::logging::panic_message(panic.as_ref());
             Failure::Podsweep(format!("podsweep native panic: {what}"))
         }
     };
@@ -98,7 +94,8 @@ fn engine<'a>(handle: i64) -> Result<&'a Engine, Failure> {
         return Err(Failure::IllegalState("PodSweeper is closed".into()));
     }
     // SAFETY: a non-zero handle is the `Box<Engine>` pointer `create` returned. The Java side holds
-    // a read lock around every call and frees the handle (`close`) only under the write lock, after
-    // which it passes 0; so the engine outlives this borrow.
+    // a read lock around every call and clears its handle to 0 under the write lock (so after every
+    // running call returned) before it passes the old value to `close`, which frees it; a call
+    // that reads the handle afterwards passes 0. So the engine outlives this borrow.
     Ok(unsafe { &*(handle as *const Engine) })
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -14,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 pub struct ManualBackend {
     /// The signal of each campaign, in the order the campaigns started.
     pub signals: Arc<Mutex<Vec<LeaderSignal>>>,
+    /// How many campaigns have ended (were cancelled).
+    pub ended: Arc<AtomicUsize>,
 }
 
 impl Backend for ManualBackend {
@@ -32,6 +35,10 @@ impl Backend for ManualBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(signal);
-        Box::pin(async move { cancel.cancelled().await })
+        let ended = self.ended.clone();
+        Box::pin(async move {
+            cancel.cancelled().await;
+            ended.fetch_add(1, Ordering::SeqCst);
+        })
     }
 }

@@ -42,6 +42,10 @@ final class NativeBridge {
   /** Releases leadership and frees the handle; deletes nothing. Called at most once per handle. */
   static native void close(long handle);
 
-  /** Panics inside native code; the panic must surface as {@link PodsweepException}. */
+  /**
+   * Panics inside native code; the panic must surface as {@link PodsweepException}. Only libraries
+   * built with the {@code jni-test-hooks} cargo feature have it (the shipped one does not): elsewhere
+   * it throws {@link UnsatisfiedLinkError}.
+   */
   static native void panicForTest();
 }

@@ -19,7 +19,8 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  *   <li>{@link #observe} never blocks on the network; it is safe to call from informer threads.
  *   <li>{@link #close} deletes nothing and releases leadership; it is idempotent, and it waits for
  *       running calls to return before freeing native memory, so a call can never use a freed
- *       handle. After close every other method throws {@link IllegalStateException}.
+ *       handle. After close every other method throws {@link IllegalStateException}; no call ever
+ *       waits for the native close itself.
  * </ul>
  *
  * <h2>Errors</h2>
@@ -186,23 +187,30 @@ public final class PodSweeper implements AutoCloseable {
 
   /**
    * Stops podsweep for this server: releases leadership of every scope so another server takes
-   * over, and deletes nothing. Waits for running calls to finish. Calling it again does nothing.
+   * over, and deletes nothing. Calling it again does nothing (a second call returns at once, even
+   * while the first is still releasing leadership).
+   *
+   * <p>The handle is cleared under the write lock, which waits only for calls already running (none
+   * of them blocks); the native close, which may wait up to 5 s for leadership to be released,
+   * runs after the lock is released, so {@link #observe} and the other calls never wait for it: they
+   * throw {@link IllegalStateException} at once.
    */
   @Override
   public void close() {
+    long h;
     ReentrantReadWriteLock.WriteLock w = lock.writeLock();
     w.lock();
     try {
-      long h = handle;
+      h = handle;
       if (h == 0) {
         return;
       }
       // Cleared first: even if the native close fails, the handle is never used again.
       handle = 0;
-      NativeBridge.close(h);
     } finally {
       w.unlock();
     }
+    NativeBridge.close(h);
   }
 
   @Override

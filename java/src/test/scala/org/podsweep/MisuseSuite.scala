@@ -106,8 +106,10 @@ class MisuseSuite extends AnyFunSuite with Eventually {
     assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(retain -> "0"), "s")), retain)
   }
 
-  test("a native panic surfaces as PodsweepException and the JVM carries on") {
+  test("a native panic surfaces as PodsweepException and the JVM carries on (jni-test-hooks builds)") {
     NativeLoader.load()
+    assume(sys.env.get("PODSWEEP_TEST_HOOKS").contains("1"),
+      "the library was not built with the jni-test-hooks feature (scripts/test runs this test with one)")
     val e = intercept[PodsweepException](NativeBridge.panicForTest())
     assert(e.getMessage.contains("panic"))
     intercept[PodsweepException](NativeBridge.panicForTest())
@@ -157,6 +159,31 @@ class MisuseSuite extends AnyFunSuite with Eventually {
       pool.shutdownNow()
       s.close()
     }
+  }
+
+  test("a namespace or pod name that is not a Kubernetes name is refused, naming the argument") {
+    withSweeper { s =>
+      Seq("x/../kube-system", "\u00fcn\u00efcode", "Spark").foreach { ns =>
+        val e = intercept[IllegalArgumentException](
+          s.observe(null, ns, PodEvent.UPDATE, "t", "pod", UUID.randomUUID().toString, "FINISHED", true, 0L, false))
+        assert(e.getMessage.startsWith("namespace"), e.getMessage)
+      }
+      val e = intercept[IllegalArgumentException](
+        s.observe(null, "ns", PodEvent.UPDATE, "t", "../p", UUID.randomUUID().toString, "FINISHED", true, 0L, false))
+      assert(e.getMessage.startsWith("podName"), e.getMessage)
+    }
+  }
+
+  test("a scope refused by the allow lists throws once, then its events are ignored") {
+    val ns = "kyuubi.kubernetes.namespace.allow.list"
+    val s = PodSweeper.create(localConf(ns -> "spark"), "allow:10009")
+    try {
+      assertNames(intercept[IllegalArgumentException](running(s, "other", "p1")), ns)
+      running(s, "other", "p2")
+      running(s, "other", "p3")
+      running(s, null, "no-namespace") // Kyuubi checks only the parts a scope names
+      assert(!ScopeStatus.parse(s.scopeStatus(null, "other")).fields().get("known").asInstanceOf[Boolean])
+    } finally s.close()
   }
 
   test("scope status JSON names the scope and parses") {

@@ -22,6 +22,21 @@ class NativeLoaderSuite extends AnyFunSuite {
     assert(NativeLoader.resourcePath("Windows 11", "amd64") == null)
   }
 
+  test("the library exports no test-only entry point unless built with jni-test-hooks") {
+    val in = classOf[NativeLoader].getResourceAsStream("/native/linux/x86_64/libpodsweep.so")
+    val bytes = try {
+      val out = new java.io.ByteArrayOutputStream()
+      val buf = new Array[Byte](1 << 16)
+      Iterator.continually(in.read(buf)).takeWhile(_ >= 0).foreach(n => out.write(buf, 0, n))
+      out.toByteArray
+    } finally in.close()
+    val text = new String(bytes, java.nio.charset.StandardCharsets.ISO_8859_1)
+    val exported = text.contains("Java_org_podsweep_NativeBridge_panicForTest")
+    val hooks = sys.env.get("PODSWEEP_TEST_HOOKS").contains("1")
+    assert(exported == hooks, s"panicForTest exported: $exported, jni-test-hooks build: $hooks")
+    assert(text.contains("Java_org_podsweep_NativeBridge_observe"))
+  }
+
   test("the library is on the test class path at the shipped resource path") {
     assert(classOf[NativeLoader].getResource("/native/linux/x86_64/libpodsweep.so") != null)
   }

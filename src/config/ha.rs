@@ -1,0 +1,225 @@
+//! The `kyuubi.ha.*` keys: which backend elects the leaders, and its settings.
+
+use std::time::Duration;
+
+use super::{
+    keys, parse_bool, parse_time, ConfigError, EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry,
+    ZkSettings, ETCD_CLIENT_CLASS, ZK_CLIENT_CLASS,
+};
+
+pub(super) fn parse_ha<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<HaSettings, ConfigError> {
+    let addresses = get(keys::HA_ADDRESSES).or_else(|| get(keys::HA_ZK_QUORUM));
+    let Some(addresses) = addresses else {
+        return Ok(HaSettings::Local);
+    };
+    if parse_bool(keys::HA_EMBEDDED, get(keys::HA_EMBEDDED), false)? {
+        tracing::warn!(
+            "{} is true: {addresses} is this server's private embedded ZooKeeper, which no other \
+             server shares, so electing through it would make every server a leader. podsweep \
+             falls back to local cleanup (as Kyuubi does today); configure {} to a shared \
+             ZooKeeper or etcd for coordinated cleanup",
+            keys::HA_EMBEDDED,
+            keys::HA_ADDRESSES
+        );
+        return Ok(HaSettings::Local);
+    }
+    let class = get(keys::HA_CLIENT_CLASS).unwrap_or(ZK_CLIENT_CLASS);
+    let namespace = get(keys::HA_NAMESPACE)
+        .or_else(|| get(keys::HA_ZK_NAMESPACE))
+        .unwrap_or("kyuubi")
+        .to_owned();
+    if namespace.trim_matches('/').is_empty() || namespace.contains("//") {
+        return Err(ConfigError::invalid(
+            keys::HA_NAMESPACE,
+            &namespace,
+            "must name a ZooKeeper node",
+        ));
+    }
+    match class {
+        ZK_CLIENT_CLASS => {}
+        ETCD_CLIENT_CLASS => return parse_etcd(get, addresses, namespace),
+        other => {
+            return Err(ConfigError::invalid(
+                keys::HA_CLIENT_CLASS,
+                other,
+                format!("expected {ZK_CLIENT_CLASS} or {ETCD_CLIENT_CLASS}"),
+            ))
+        }
+    }
+    let ms = |key: &str, default: u64| -> Result<Duration, ConfigError> {
+        match get(key) {
+            None => Ok(Duration::from_millis(default)),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+                _ => Err(ConfigError::invalid(
+                    key,
+                    v,
+                    "expected a positive number of milliseconds",
+                )),
+            },
+        }
+    };
+    let digest = get(keys::ZK_AUTH_DIGEST).map(str::to_owned);
+    if let Some(d) = &digest {
+        if !d.contains(':') {
+            return Err(ConfigError::invalid(
+                keys::ZK_AUTH_DIGEST,
+                "<hidden>",
+                "expected user:password",
+            ));
+        }
+    }
+    let auth = match get(keys::ZK_AUTH_TYPE)
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        None | Some("NONE") => ZkAuth::None,
+        Some("DIGEST") => {
+            if digest.is_none() {
+                return Err(ConfigError::invalid(
+                    keys::ZK_AUTH_DIGEST,
+                    "",
+                    format!("required when {} is DIGEST", keys::ZK_AUTH_TYPE),
+                ));
+            }
+            ZkAuth::Digest
+        }
+        Some("KERBEROS") => {
+            if !cfg!(feature = "kerberos") {
+                return Err(ConfigError::invalid(
+                    keys::ZK_AUTH_TYPE,
+                    "KERBEROS",
+                    "this podsweep build has no Kerberos support; rebuild with the `kerberos` \
+                     cargo feature (needs libkrb5 at build and run time)",
+                ));
+            }
+            ZkAuth::Kerberos {
+                principal: get(keys::ZK_AUTH_PRINCIPAL)
+                    .or_else(|| get(keys::KINIT_PRINCIPAL))
+                    .map(str::to_owned),
+                keytab: get(keys::ZK_AUTH_KEYTAB)
+                    .or_else(|| get(keys::KINIT_KEYTAB))
+                    .map(str::to_owned),
+                server_principal: get(keys::ZK_AUTH_SERVER_PRINCIPAL).map(str::to_owned),
+            }
+        }
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                keys::ZK_AUTH_TYPE,
+                get(keys::ZK_AUTH_TYPE).unwrap_or(""),
+                "expected NONE, DIGEST or KERBEROS",
+            ))
+        }
+    };
+    let policy = get(keys::ZK_RETRY_POLICY)
+        .unwrap_or("EXPONENTIAL_BACKOFF")
+        .to_ascii_uppercase();
+    if !matches!(
+        policy.as_str(),
+        "ONE_TIME"
+            | "N_TIME"
+            | "EXPONENTIAL_BACKOFF"
+            | "BOUNDED_EXPONENTIAL_BACKOFF"
+            | "UNTIL_ELAPSED"
+    ) {
+        return Err(ConfigError::invalid(
+            keys::ZK_RETRY_POLICY,
+            &policy,
+            "expected ONE_TIME, N_TIME, EXPONENTIAL_BACKOFF, BOUNDED_EXPONENTIAL_BACKOFF or UNTIL_ELAPSED",
+        ));
+    }
+    let max_retries = match get(keys::ZK_MAX_RETRIES) {
+        None => 3,
+        Some(v) => v.parse::<u32>().map_err(|_| {
+            ConfigError::invalid(keys::ZK_MAX_RETRIES, v, "expected a whole number")
+        })?,
+    };
+    Ok(HaSettings::ZooKeeper(ZkSettings {
+        addresses: addresses.to_owned(),
+        namespace,
+        session_timeout: ms(keys::ZK_SESSION_TIMEOUT, 60_000)?,
+        connection_timeout: ms(keys::ZK_CONNECTION_TIMEOUT, 15_000)?,
+        auth,
+        digest,
+        retry: ZkRetry {
+            policy,
+            max_retries,
+            base_wait: ms(keys::ZK_BASE_RETRY_WAIT, 1000)?,
+            max_wait: ms(keys::ZK_MAX_RETRY_WAIT, 30_000)?,
+        },
+    }))
+}
+
+fn parse_etcd<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    addresses: &str,
+    namespace: String,
+) -> Result<HaSettings, ConfigError> {
+    let tls = if parse_bool(keys::ETCD_SSL_ENABLED, get(keys::ETCD_SSL_ENABLED), false)? {
+        let need = |key: &str| {
+            get(key).map(str::to_owned).ok_or_else(|| {
+                ConfigError::invalid(
+                    key,
+                    "",
+                    format!("required when {} is true", keys::ETCD_SSL_ENABLED),
+                )
+            })
+        };
+        Some(EtcdTls {
+            ca: need(keys::ETCD_SSL_CA)?,
+            cert: need(keys::ETCD_SSL_CERT)?,
+            key: need(keys::ETCD_SSL_KEY)?,
+        })
+    } else {
+        None
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoints = Vec::new();
+    for raw in addresses
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        let url = if raw.contains("://") {
+            raw.to_owned()
+        } else {
+            format!("{scheme}://{raw}")
+        };
+        let uri: http::Uri = url.parse().map_err(|_| {
+            ConfigError::invalid(
+                keys::HA_ADDRESSES,
+                addresses,
+                "expected etcd endpoints host:port[,host:port]",
+            )
+        })?;
+        if uri.host().is_none() || !matches!(uri.scheme_str(), Some("http") | Some("https")) {
+            return Err(ConfigError::invalid(
+                keys::HA_ADDRESSES,
+                addresses,
+                "expected etcd endpoints host:port or http(s)://host:port",
+            ));
+        }
+        endpoints.push(url);
+    }
+    let ttl = match get(keys::ETCD_LEASE_TIMEOUT) {
+        None => Duration::from_secs(10),
+        Some(v) => parse_time(keys::ETCD_LEASE_TIMEOUT, v)?,
+    };
+    // Kyuubi turns the timeout into whole seconds; etcd leases are granted in seconds.
+    let secs = ttl.as_secs();
+    if secs < 1 {
+        return Err(ConfigError::invalid(
+            keys::ETCD_LEASE_TIMEOUT,
+            get(keys::ETCD_LEASE_TIMEOUT).unwrap_or(""),
+            "must be at least one second",
+        ));
+    }
+    Ok(HaSettings::Etcd(EtcdSettings {
+        endpoints,
+        namespace,
+        lease_ttl: Duration::from_secs(secs),
+        tls,
+    }))
+}

@@ -1,0 +1,441 @@
+//! Kyuubi configuration keys -> typed podsweep settings.
+//!
+//! podsweep reads Kyuubi's own keys with Kyuubi's defaults, so a server passes its `KyuubiConf`
+//! as it is. Every error names the key it came from.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use thiserror::Error;
+
+mod ha;
+mod time;
+
+use self::ha::parse_ha;
+
+pub use self::time::{parse_time, MAX_TIME};
+
+/// Kyuubi's key names.
+pub mod keys {
+    pub const CLEANUP_KIND: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind";
+    pub const RETAIN_PERIOD: &str = "kyuubi.kubernetes.terminatedApplicationRetainPeriod";
+    pub const CONTEXT_ALLOW_LIST: &str = "kyuubi.kubernetes.context.allow.list";
+    pub const NAMESPACE_ALLOW_LIST: &str = "kyuubi.kubernetes.namespace.allow.list";
+    pub const KUBE_CONTEXT: &str = "kyuubi.kubernetes.context";
+    pub const KUBE_NAMESPACE: &str = "kyuubi.kubernetes.namespace";
+    pub const HA_ADDRESSES: &str = "kyuubi.ha.addresses";
+    pub const HA_ZK_QUORUM: &str = "kyuubi.ha.zookeeper.quorum";
+    pub const HA_NAMESPACE: &str = "kyuubi.ha.namespace";
+    pub const HA_ZK_NAMESPACE: &str = "kyuubi.ha.zookeeper.namespace";
+    pub const HA_CLIENT_CLASS: &str = "kyuubi.ha.client.class";
+    pub const ZK_SESSION_TIMEOUT: &str = "kyuubi.ha.zookeeper.session.timeout";
+    pub const ZK_CONNECTION_TIMEOUT: &str = "kyuubi.ha.zookeeper.connection.timeout";
+    pub const ZK_AUTH_TYPE: &str = "kyuubi.ha.zookeeper.auth.type";
+    pub const ZK_AUTH_DIGEST: &str = "kyuubi.ha.zookeeper.auth.digest";
+    pub const ZK_AUTH_PRINCIPAL: &str = "kyuubi.ha.zookeeper.auth.principal";
+    pub const ZK_AUTH_KEYTAB: &str = "kyuubi.ha.zookeeper.auth.keytab";
+    pub const ZK_AUTH_SERVER_PRINCIPAL: &str = "kyuubi.ha.zookeeper.auth.serverPrincipal";
+    pub const KINIT_PRINCIPAL: &str = "kyuubi.kinit.principal";
+    pub const KINIT_KEYTAB: &str = "kyuubi.kinit.keytab";
+    pub const ZK_RETRY_POLICY: &str = "kyuubi.ha.zookeeper.connection.retry.policy";
+    pub const ZK_MAX_RETRIES: &str = "kyuubi.ha.zookeeper.connection.max.retries";
+    pub const ZK_BASE_RETRY_WAIT: &str = "kyuubi.ha.zookeeper.connection.base.retry.wait";
+    pub const ZK_MAX_RETRY_WAIT: &str = "kyuubi.ha.zookeeper.connection.max.retry.wait";
+    pub const ETCD_LEASE_TIMEOUT: &str = "kyuubi.ha.etcd.lease.timeout";
+    pub const ETCD_SSL_ENABLED: &str = "kyuubi.ha.etcd.ssl.enabled";
+    pub const ETCD_SSL_CA: &str = "kyuubi.ha.etcd.ssl.ca.path";
+    pub const ETCD_SSL_CERT: &str = "kyuubi.ha.etcd.ssl.client.certificate.path";
+    pub const ETCD_SSL_KEY: &str = "kyuubi.ha.etcd.ssl.client.key.path";
+    /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
+    /// ZooKeeper that Kyuubi started for this server alone.
+    pub const RATE_QPS: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps";
+    pub const RATE_BURST: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.burst";
+    pub const MAX_IN_FLIGHT: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.maxInFlight";
+    pub const DRY_RUN: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.dryRun";
+    pub const RETRY_MAX_WAIT: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.retry.maxWait";
+    pub const FORBIDDEN_RETRY: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.retryInterval";
+    pub const FORBIDDEN_SUMMARY: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.summaryInterval";
+    pub const LEADERLESS_ALERT: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
+    pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
+    pub const IDLE_RELEASE: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle";
+    pub const STEP_DOWN_AFTER: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter";
+}
+
+/// Kyuubi's HA client class names.
+pub const ZK_CLIENT_CLASS: &str = "org.apache.kyuubi.ha.client.zookeeper.ZookeeperDiscoveryClient";
+pub const ETCD_CLIENT_CLASS: &str = "org.apache.kyuubi.ha.client.etcd.EtcdDiscoveryClient";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("{key}: {message} (got {value:?})")]
+    Invalid {
+        key: String,
+        value: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    pub fn invalid(key: &str, value: &str, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            key: key.to_owned(),
+            value: value.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The key the error is about.
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigError::Invalid { key, .. } => key,
+        }
+    }
+}
+
+/// Kyuubi's `KubernetesCleanupDriverPodStrategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CleanupKind {
+    /// Delete nothing (Kyuubi's default).
+    None,
+    /// Delete every terminated driver pod.
+    All,
+    /// Delete only driver pods whose application FINISHED.
+    Completed,
+}
+
+impl CleanupKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupKind::None => "NONE",
+            CleanupKind::All => "ALL",
+            CleanupKind::Completed => "COMPLETED",
+        }
+    }
+}
+
+/// Which HA backend elects the cleanup leaders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HaSettings {
+    /// No HA backend: every server cleans up on its own (Kyuubi today).
+    Local,
+    ZooKeeper(ZkSettings),
+    Etcd(EtcdSettings),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSettings {
+    /// Endpoints from `kyuubi.ha.addresses`, each `http(s)://host:port` (a bare `host:port` gets
+    /// `http://`, or `https://` when TLS is on).
+    pub endpoints: Vec<String>,
+    /// Kyuubi's `kyuubi.ha.namespace`; election names live under `/<namespace>-podsweep/elections/`.
+    pub namespace: String,
+    /// Lease TTL, whole seconds as Kyuubi rounds `kyuubi.ha.etcd.lease.timeout`.
+    pub lease_ttl: Duration,
+    pub tls: Option<EtcdTls>,
+}
+
+impl EtcdSettings {
+    /// The key prefix under which every scope's election lives.
+    pub fn root(&self) -> String {
+        format!("/{}-podsweep/elections", self.namespace.trim_matches('/'))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkSettings {
+    /// Connect string, `host:port[,host:port...][/chroot]`.
+    pub addresses: String,
+    /// Kyuubi's `kyuubi.ha.namespace`; podsweep's latches live under `/<namespace>-podsweep`.
+    pub namespace: String,
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+    /// `kyuubi.ha.zookeeper.auth.type`.
+    pub auth: ZkAuth,
+    /// `kyuubi.ha.zookeeper.auth.digest` (`user:password`): added as `digest` auth whenever set,
+    /// whatever the auth type, as Kyuubi does.
+    pub digest: Option<String>,
+    /// Kyuubi's connection retry keys; podsweep keeps retrying forever (a cleanup leader must come
+    /// back), using the base and maximum waits for its backoff.
+    pub retry: ZkRetry,
+}
+
+impl Default for ZkSettings {
+    fn default() -> Self {
+        ZkSettings {
+            addresses: String::new(),
+            namespace: "kyuubi".into(),
+            session_timeout: Duration::from_millis(60_000),
+            connection_timeout: Duration::from_millis(15_000),
+            auth: ZkAuth::None,
+            digest: None,
+            retry: ZkRetry::default(),
+        }
+    }
+}
+
+/// `kyuubi.ha.zookeeper.auth.type`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZkAuth {
+    None,
+    /// Digest auth from `kyuubi.ha.zookeeper.auth.digest`.
+    Digest,
+    /// SASL/GSSAPI; needs a build with the `kerberos` feature.
+    Kerberos {
+        principal: Option<String>,
+        keytab: Option<String>,
+        server_principal: Option<String>,
+    },
+}
+
+impl ZkAuth {
+    /// Nodes podsweep creates get world-read + creator-all ACLs unless the auth type is NONE.
+    pub fn secure_acls(&self) -> bool {
+        !matches!(self, ZkAuth::None)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkRetry {
+    /// `ONE_TIME`, `N_TIME`, `EXPONENTIAL_BACKOFF`, `BOUNDED_EXPONENTIAL_BACKOFF`, `UNTIL_ELAPSED`.
+    pub policy: String,
+    pub max_retries: u32,
+    pub base_wait: Duration,
+    pub max_wait: Duration,
+}
+
+impl Default for ZkRetry {
+    fn default() -> Self {
+        ZkRetry {
+            policy: "EXPONENTIAL_BACKOFF".into(),
+            max_retries: 3,
+            base_wait: Duration::from_millis(1000),
+            max_wait: Duration::from_millis(30_000),
+        }
+    }
+}
+
+impl ZkSettings {
+    /// The ZooKeeper path under which every scope's latch lives.
+    pub fn root(&self) -> String {
+        format!("/{}-podsweep/latches", self.namespace.trim_matches('/'))
+    }
+}
+
+/// Everything podsweep needs, parsed from a Kyuubi configuration map.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub kind: CleanupKind,
+    pub retain: Duration,
+    pub context_allow: BTreeSet<String>,
+    pub namespace_allow: BTreeSet<String>,
+    pub ha: HaSettings,
+    /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
+    pub leaderless_alert: Duration,
+    /// A leader that has not completed one DELETE for this long while DELETEs are due steps down
+    /// and stays out of the election for as long again.
+    pub step_down_after: Duration,
+    /// A scope with nothing tracked for this long (and never less than the tombstone lifetime)
+    /// releases its election and Kubernetes client until its next event.
+    pub idle_release: Duration,
+    /// How DELETEs are paced and retried.
+    pub tuning: Tuning,
+    /// The raw configuration, kept for the per-scope Kubernetes client overlay.
+    pub raw: HashMap<String, String>,
+}
+
+impl Settings {
+    pub fn from_map(raw: HashMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |k: &str| raw.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let kind = match get(keys::CLEANUP_KIND) {
+            None => CleanupKind::None,
+            Some(v) => match v.to_ascii_uppercase().as_str() {
+                "NONE" => CleanupKind::None,
+                "ALL" => CleanupKind::All,
+                "COMPLETED" => CleanupKind::Completed,
+                _ => {
+                    return Err(ConfigError::invalid(
+                        keys::CLEANUP_KIND,
+                        v,
+                        "expected NONE, ALL or COMPLETED",
+                    ))
+                }
+            },
+        };
+        let retain = match get(keys::RETAIN_PERIOD) {
+            None => Duration::from_secs(300),
+            Some(v) => parse_time(keys::RETAIN_PERIOD, v)?,
+        };
+        if retain.is_zero() {
+            return Err(ConfigError::invalid(
+                keys::RETAIN_PERIOD,
+                get(keys::RETAIN_PERIOD).unwrap_or(""),
+                "must be greater than zero",
+            ));
+        }
+        let list = |k: &str| -> BTreeSet<String> {
+            get(k)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let ha = parse_ha(&get)?;
+        let leaderless_alert = match get(keys::LEADERLESS_ALERT) {
+            None => Duration::from_secs(120),
+            Some(v) => positive_time(keys::LEADERLESS_ALERT, v)?,
+        };
+        let idle_release = match get(keys::IDLE_RELEASE) {
+            None => Duration::from_secs(1800),
+            Some(v) => positive_time(keys::IDLE_RELEASE, v)?,
+        };
+        let step_down_after = match get(keys::STEP_DOWN_AFTER) {
+            None => Duration::from_secs(120),
+            Some(v) => positive_time(keys::STEP_DOWN_AFTER, v)?,
+        };
+
+        Ok(Settings {
+            kind,
+            retain,
+            context_allow: list(keys::CONTEXT_ALLOW_LIST),
+            namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
+            ha,
+            leaderless_alert,
+            step_down_after,
+            idle_release,
+            tuning: parse_tuning(&get)?,
+            raw: raw.clone(),
+        })
+    }
+
+    /// The value of a key, trimmed, if set and not empty.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.raw
+            .get(key)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// How DELETEs are paced and retried, per scope.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tuning {
+    /// Token-bucket rate of DELETEs per second.
+    pub qps: f64,
+    /// Token-bucket size.
+    pub burst: u32,
+    /// DELETEs in flight at most.
+    pub max_in_flight: usize,
+    /// Send DELETEs with server-side `dryRun=All`; log "would delete".
+    pub dry_run: bool,
+    /// Cap of the exponential backoff after 429, 5xx and transport failures.
+    pub retry_max_wait: Duration,
+    /// Wait between retries of a pod whose DELETE was forbidden (403).
+    pub forbidden_retry: Duration,
+    /// At most one ERROR summary of forbidden pods per scope per this interval.
+    pub forbidden_summary: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            qps: 10.0,
+            burst: 20,
+            max_in_flight: 8,
+            dry_run: false,
+            retry_max_wait: Duration::from_secs(60),
+            forbidden_retry: Duration::from_secs(60),
+            forbidden_summary: Duration::from_secs(60),
+        }
+    }
+}
+
+fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, ConfigError> {
+    let d = Tuning::default();
+    let qps = match get(keys::RATE_QPS) {
+        None => d.qps,
+        Some(v) => match v.parse::<f64>() {
+            Ok(q) if (MIN_QPS..=MAX_QPS).contains(&q) => q,
+            _ => {
+                return Err(ConfigError::invalid(
+                    keys::RATE_QPS,
+                    v,
+                    format!("expected a number from {MIN_QPS} to {MAX_QPS}"),
+                ))
+            }
+        },
+    };
+    let positive = |key: &str, default: u64| -> Result<u64, ConfigError> {
+        match get(key) {
+            None => Ok(default),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if n > 0 && n <= 1_000_000 => Ok(n),
+                _ => Err(ConfigError::invalid(
+                    key,
+                    v,
+                    "expected a whole number from 1 to 1000000",
+                )),
+            },
+        }
+    };
+    let time = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
+        get(key).map_or(Ok(default), |v| positive_time(key, v))
+    };
+    Ok(Tuning {
+        qps,
+        burst: positive(keys::RATE_BURST, u64::from(d.burst))? as u32,
+        max_in_flight: positive(keys::MAX_IN_FLIGHT, d.max_in_flight as u64)? as usize,
+        dry_run: parse_bool(keys::DRY_RUN, get(keys::DRY_RUN), false)?,
+        retry_max_wait: time(keys::RETRY_MAX_WAIT, d.retry_max_wait)?,
+        forbidden_retry: time(keys::FORBIDDEN_RETRY, d.forbidden_retry)?,
+        forbidden_summary: time(keys::FORBIDDEN_SUMMARY, d.forbidden_summary)?,
+    })
+}
+
+/// Slowest accepted DELETE rate: one every 1,000 s (the token bucket's waits stay finite).
+pub const MIN_QPS: f64 = 0.001;
+/// Fastest accepted DELETE rate.
+pub const MAX_QPS: f64 = 1_000_000.0;
+
+/// A time value that must be greater than zero (and, as every time value, at most a year).
+fn positive_time(key: &str, v: &str) -> Result<Duration, ConfigError> {
+    let t = parse_time(key, v)?;
+    if t.is_zero() {
+        return Err(ConfigError::invalid(key, v, "must be greater than zero"));
+    }
+    Ok(t)
+}
+
+pub(crate) fn parse_bool(
+    key: &str,
+    value: Option<&str>,
+    default: bool,
+) -> Result<bool, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(ConfigError::invalid(key, v, "expected true or false")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+//! Tests of the Kyuubi key parsing.
+
+use super::*;
+
+fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn defaults_are_kyuubis() {
+    let s = Settings::from_map(HashMap::new()).unwrap();
+    assert_eq!(s.kind, CleanupKind::None);
+    assert_eq!(s.retain, Duration::from_secs(300));
+    assert_eq!(s.ha, HaSettings::Local);
+    assert!(s.context_allow.is_empty() && s.namespace_allow.is_empty());
+}
+
+#[test]
+fn errors_name_the_key() {
+    let e = Settings::from_map(conf(&[(keys::CLEANUP_KIND, "SOME")])).unwrap_err();
+    assert_eq!(e.key(), keys::CLEANUP_KIND);
+    assert!(e.to_string().contains(keys::CLEANUP_KIND));
+    let e = Settings::from_map(conf(&[(keys::RETAIN_PERIOD, "soon")])).unwrap_err();
+    assert_eq!(e.key(), keys::RETAIN_PERIOD);
+    let e = Settings::from_map(conf(&[(keys::RETAIN_PERIOD, "0")])).unwrap_err();
+    assert_eq!(e.key(), keys::RETAIN_PERIOD);
+    let e = Settings::from_map(conf(&[
+        (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+        (keys::ZK_SESSION_TIMEOUT, "ten"),
+    ]))
+    .unwrap_err();
+    assert_eq!(e.key(), keys::ZK_SESSION_TIMEOUT);
+    let e = Settings::from_map(conf(&[
+        (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+        (keys::HA_CLIENT_CLASS, "com.example.Nope"),
+    ]))
+    .unwrap_err();
+    assert_eq!(e.key(), keys::HA_CLIENT_CLASS);
+}
+
+#[test]
+fn kinds_and_lists() {
+    let s = Settings::from_map(conf(&[
+        (keys::CLEANUP_KIND, "completed"),
+        (keys::CONTEXT_ALLOW_LIST, "a, b,,"),
+        (keys::NAMESPACE_ALLOW_LIST, "spark"),
+    ]))
+    .unwrap();
+    assert_eq!(s.kind, CleanupKind::Completed);
+    assert_eq!(s.context_allow.len(), 2);
+    assert!(s.namespace_allow.contains("spark"));
+}
+
+#[test]
+fn etcd_from_kyuubis_client_class() {
+    let base = [
+        (keys::HA_ADDRESSES, "127.0.0.1:2379, http://10.0.0.2:2379"),
+        (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
+        (keys::ETCD_LEASE_TIMEOUT, "PT12.7S"),
+    ];
+    let s = Settings::from_map(conf(&base)).unwrap();
+    let HaSettings::Etcd(e) = s.ha else {
+        panic!("expected etcd")
+    };
+    assert_eq!(
+        e.endpoints,
+        ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]
+    );
+    assert_eq!(e.lease_ttl, Duration::from_secs(12));
+    assert_eq!(e.root(), "/kyuubi-podsweep/elections");
+    assert!(e.tls.is_none());
+    let mut tls = base.to_vec();
+    tls.push((keys::ETCD_SSL_ENABLED, "true"));
+    tls.push((keys::ETCD_SSL_CA, "/ca.pem"));
+    tls.push((keys::ETCD_SSL_CERT, "/c.pem"));
+    let e = Settings::from_map(conf(&tls)).unwrap_err();
+    assert_eq!(e.key(), keys::ETCD_SSL_KEY, "the missing key is named");
+    tls.push((keys::ETCD_SSL_KEY, "/k.pem"));
+    let HaSettings::Etcd(e) = Settings::from_map(conf(&tls)).unwrap().ha else {
+        panic!("expected etcd")
+    };
+    assert_eq!(e.endpoints[0], "https://127.0.0.1:2379");
+    assert_eq!(e.tls.unwrap().key, "/k.pem");
+    let e = Settings::from_map(conf(&[
+        (keys::HA_ADDRESSES, "127.0.0.1:2379"),
+        (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
+        (keys::ETCD_LEASE_TIMEOUT, "500"),
+    ]))
+    .unwrap_err();
+    assert_eq!(e.key(), keys::ETCD_LEASE_TIMEOUT);
+}
+
+#[test]
+fn tuning_keys() {
+    let s = Settings::from_map(HashMap::new()).unwrap();
+    assert_eq!(s.tuning, Tuning::default());
+    let s = Settings::from_map(conf(&[
+        (keys::RATE_QPS, "2.5"),
+        (keys::RATE_BURST, "5"),
+        (keys::MAX_IN_FLIGHT, "3"),
+        (keys::DRY_RUN, "true"),
+        (keys::FORBIDDEN_RETRY, "PT5M"),
+    ]))
+    .unwrap();
+    assert_eq!(s.tuning.qps, 2.5);
+    assert_eq!(s.tuning.burst, 5);
+    assert_eq!(s.tuning.max_in_flight, 3);
+    assert!(s.tuning.dry_run);
+    assert_eq!(s.tuning.forbidden_retry, Duration::from_secs(300));
+    for (key, bad) in [
+        (keys::RATE_QPS, "0"),
+        (keys::RATE_QPS, "fast"),
+        (keys::RATE_BURST, "-1"),
+        (keys::MAX_IN_FLIGHT, "0"),
+        (keys::DRY_RUN, "yes"),
+        (keys::RETRY_MAX_WAIT, "PT0S"),
+    ] {
+        let e = Settings::from_map(conf(&[(key, bad)])).unwrap_err();
+        assert_eq!(e.key(), key, "{bad}");
+    }
+}
+
+#[test]
+fn an_embedded_zookeeper_falls_back_to_local() {
+    let s = Settings::from_map(conf(&[
+        (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+        (keys::HA_EMBEDDED, "true"),
+    ]))
+    .unwrap();
+    assert_eq!(s.ha, HaSettings::Local);
+    let e = Settings::from_map(conf(&[
+        (keys::HA_ADDRESSES, "127.0.0.1:2181"),
+        (keys::HA_EMBEDDED, "maybe"),
+    ]))
+    .unwrap_err();
+    assert_eq!(e.key(), keys::HA_EMBEDDED);
+}
+
+#[test]
+fn zookeeper_auth_and_retry_keys() {
+    let zk = |pairs: &[(&str, &str)]| {
+        let mut all = vec![(keys::HA_ADDRESSES, "127.0.0.1:2181")];
+        all.extend_from_slice(pairs);
+        Settings::from_map(conf(&all))
+    };
+    let HaSettings::ZooKeeper(z) = zk(&[]).unwrap().ha else {
+        panic!()
+    };
+    assert_eq!(z.auth, ZkAuth::None);
+    assert!(!z.auth.secure_acls());
+    assert_eq!(z.retry, ZkRetry::default());
+    let HaSettings::ZooKeeper(z) = zk(&[
+        (keys::ZK_AUTH_TYPE, "DIGEST"),
+        (keys::ZK_AUTH_DIGEST, "kyuubi:secret"),
+        (keys::ZK_RETRY_POLICY, "bounded_exponential_backoff"),
+        (keys::ZK_BASE_RETRY_WAIT, "200"),
+    ])
+    .unwrap()
+    .ha
+    else {
+        panic!()
+    };
+    assert_eq!(z.auth, ZkAuth::Digest);
+    assert!(z.auth.secure_acls());
+    assert_eq!(z.digest.as_deref(), Some("kyuubi:secret"));
+    assert_eq!(z.retry.policy, "BOUNDED_EXPONENTIAL_BACKOFF");
+    assert_eq!(z.retry.base_wait, Duration::from_millis(200));
+    let e = zk(&[(keys::ZK_AUTH_TYPE, "DIGEST")]).unwrap_err();
+    assert_eq!(e.key(), keys::ZK_AUTH_DIGEST);
+    let e = zk(&[(keys::ZK_AUTH_DIGEST, "no-colon")]).unwrap_err();
+    assert_eq!(e.key(), keys::ZK_AUTH_DIGEST);
+    assert!(
+        !e.to_string().contains("no-colon"),
+        "the secret is not echoed"
+    );
+    let e = zk(&[(keys::ZK_AUTH_TYPE, "LDAP")]).unwrap_err();
+    assert_eq!(e.key(), keys::ZK_AUTH_TYPE);
+    let e = zk(&[(keys::ZK_RETRY_POLICY, "FOREVER")]).unwrap_err();
+    assert_eq!(e.key(), keys::ZK_RETRY_POLICY);
+    #[cfg(not(feature = "kerberos"))]
+    {
+        let e = zk(&[(keys::ZK_AUTH_TYPE, "KERBEROS")]).unwrap_err();
+        assert_eq!(e.key(), keys::ZK_AUTH_TYPE);
+        assert!(e.to_string().contains("kerberos"), "{e}");
+    }
+}
+
+#[test]
+fn zookeeper_from_ha_keys_with_deprecated_fallbacks() {
+    let s = Settings::from_map(conf(&[
+        (keys::HA_ZK_QUORUM, "127.0.0.1:2181"),
+        (keys::HA_ZK_NAMESPACE, "kyuubi_prod"),
+        (keys::ZK_SESSION_TIMEOUT, "8000"),
+    ]))
+    .unwrap();
+    let HaSettings::ZooKeeper(zk) = s.ha else {
+        panic!("expected zookeeper")
+    };
+    assert_eq!(zk.addresses, "127.0.0.1:2181");
+    assert_eq!(zk.root(), "/kyuubi_prod-podsweep/latches");
+    assert_eq!(zk.session_timeout, Duration::from_millis(8000));
+    assert_eq!(zk.connection_timeout, Duration::from_millis(15000));
+}
+
+/// Issue 10, item 6: values whose timers or token-bucket waits would overflow are refused at
+/// start, naming their key, instead of panicking a scope task later.
+#[test]
+fn unbounded_durations_and_rates_are_refused_naming_the_key() {
+    for (key, bad) in [
+        (keys::RETAIN_PERIOD, "P800D"),
+        (keys::RETAIN_PERIOD, "99999999999999"),
+        (keys::RETRY_MAX_WAIT, "P1000D"),
+        (keys::FORBIDDEN_RETRY, "P366D"),
+        (keys::LEADERLESS_ALERT, "P400D"),
+        (keys::STEP_DOWN_AFTER, "P400D"),
+        (keys::STEP_DOWN_AFTER, "PT0S"),
+        (keys::IDLE_RELEASE, "P366D"),
+        (keys::RATE_QPS, "1e-300"),
+        (keys::RATE_QPS, "0.0001"),
+        (keys::RATE_QPS, "1e300"),
+        (keys::RATE_QPS, "NaN"),
+    ] {
+        let e = Settings::from_map(conf(&[(key, bad)])).unwrap_err();
+        assert_eq!(e.key(), key, "{bad}");
+        assert!(e.to_string().starts_with(key), "{e}");
+    }
+    let s = Settings::from_map(conf(&[
+        (keys::RETAIN_PERIOD, "P365D"),
+        (keys::RATE_QPS, "0.001"),
+    ]))
+    .unwrap();
+    assert_eq!(s.retain, MAX_TIME);
+    let d = Settings::from_map(HashMap::new()).unwrap();
+    assert_eq!(d.step_down_after, Duration::from_secs(120));
+    assert_eq!(d.idle_release, Duration::from_secs(1800));
+}

@@ -1,0 +1,105 @@
+//! Failed DELETEs, summarised: one line per outcome class per scope per interval, quoting the
+//! first pod's answer, instead of one line per pod per retry.
+//!
+//! 403s give an ERROR that names the missing RBAC grant; other refusals (401, 400, 422, ...) an
+//! ERROR; 429, 5xx and transport failures a WARN. The first summary comes a few seconds after the
+//! first failure (so it counts a whole burst), the next ones every
+//! `forbidden.summaryInterval` while failures go on.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{error, warn};
+
+use super::Uid;
+use crate::config::Tuning;
+use crate::deleter::{Outcome, OutcomeClass};
+use crate::scope::Scope;
+
+/// Delay of the first summary after the first failure.
+const FIRST_SUMMARY: Duration = Duration::from_secs(5);
+
+/// The failures of one class within the current interval.
+struct ClassLog {
+    pods: HashSet<Uid>,
+    attempts: u64,
+    /// The first failure of the interval: pod name and answer.
+    first: String,
+}
+
+#[derive(Default)]
+pub(super) struct Failures {
+    classes: BTreeMap<usize, (OutcomeClass, ClassLog)>,
+    next_at: Option<Instant>,
+}
+
+impl Failures {
+    pub(super) fn next_at(&self) -> Option<Instant> {
+        self.next_at
+    }
+
+    pub(super) fn record(&mut self, uid: &Uid, pod: &str, outcome: &Outcome) {
+        let (_, log) = self
+            .classes
+            .entry(outcome.class.index())
+            .or_insert_with(|| {
+                (
+                    outcome.class,
+                    ClassLog {
+                        pods: HashSet::new(),
+                        attempts: 0,
+                        first: format!("pod {pod}: {outcome}"),
+                    },
+                )
+            });
+        log.pods.insert(uid.clone());
+        log.attempts += 1;
+        if self.next_at.is_none() {
+            self.next_at = Some(Instant::now() + FIRST_SUMMARY);
+        }
+    }
+
+    /// The pod is gone: it no longer counts.
+    pub(super) fn forget(&mut self, uid: &Uid) {
+        for (_, log) in self.classes.values_mut() {
+            log.pods.remove(uid);
+        }
+    }
+
+    /// Logs one line per class that failed in the interval, then starts the next interval.
+    pub(super) fn summarise(&mut self, scope: &Scope, tuning: &Tuning) {
+        let classes = std::mem::take(&mut self.classes);
+        let mut any = false;
+        for (class, log) in classes.into_values() {
+            let n = log.pods.len();
+            if n == 0 {
+                continue;
+            }
+            any = true;
+            let (attempts, first) = (log.attempts, &log.first);
+            match class {
+                OutcomeClass::Forbidden => error!(
+                    scope = %scope,
+                    "DELETE is forbidden for {n} pod(s) in scope {scope}: {first}. They are kept \
+                     and retried every ~{:?}; grant the Kyuubi service account `delete` on pods \
+                     in this namespace",
+                    tuning.forbidden_retry
+                ),
+                OutcomeClass::Other => error!(
+                    scope = %scope,
+                    "DELETE was refused for {n} pod(s) in scope {scope} ({attempts} attempts), \
+                     first {first}. They are kept and retried with backoff (at most {:?} apart)",
+                    tuning.retry_max_wait
+                ),
+                _ => warn!(
+                    scope = %scope,
+                    "DELETE did not complete for {n} pod(s) in scope {scope} ({attempts} \
+                     attempts, {}), first {first}. They are retried with backoff",
+                    class.as_str()
+                ),
+            }
+        }
+        self.next_at = any.then(|| Instant::now() + tuning.forbidden_summary);
+    }
+}

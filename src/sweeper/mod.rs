@@ -1,0 +1,556 @@
+//! One task per scope: tracks terminated pods, arms one timer per pod, and, while this server
+//! leads the scope, sends the DELETEs that are due.
+//!
+//! # Guarantees
+//! * A DELETE is dispatched only for a tracked record in stage `Due`, while the election says this
+//!   server may act; the dispatched task checks again right before sending, and the request is
+//!   dropped if the lease lapses while it is still connecting or waiting (checked at send time).
+//! * Losing leadership (Following, NoQuorum) aborts every DELETE in flight at once and puts the
+//!   records back to `Due`; nothing is dropped. `Paused` stops new DELETEs and lets those already
+//!   sent finish within the lease.
+//! * On gaining leadership, and on every status change that ends `Leading`, every record already
+//!   due is dispatched: the reconcile works from memory and makes no LIST call.
+//! * Failed DELETEs (403, 429, 5xx, transport, other) are retried with capped exponential backoff,
+//!   honouring `Retry-After` (at most ten minutes), until the pod is gone or leadership ends. A
+//!   429, or a 5xx with `Retry-After`, pauses the whole scope's DELETE stream until the wait has
+//!   passed. Failures are logged as one summary per class per scope per interval.
+//! * A pod observed running again (a non-terminal state) is disarmed; it may be armed again later.
+//! * A leader that completes no DELETE for `ha.stepDownAfter` while DELETEs are due steps down and
+//!   stays out of the election as long, so a server that can delete takes over.
+//! * A scope task that fails is restarted (with its records re-armed from their deadlines) and the
+//!   scope reports unhealthy; a scope with nothing tracked for the idle time releases its election
+//!   and client and ends, to come back on its next event.
+//!
+//! # Caveats
+//! * An aborted DELETE may already have reached the API server; the next leader's DELETE then ends
+//!   in 404 or 409 (already absent / replaced), which counts as done.
+
+mod deletes;
+mod failures;
+mod supervise;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, Id, JoinSet};
+use tokio::time::{sleep_until, Instant};
+use tokio_util::time::{delay_queue, DelayQueue};
+use tracing::{debug, error, info, warn};
+
+use crate::clock::Clock;
+use crate::config::{CleanupKind, Tuning};
+use crate::deleter::{Outcome, PodDeleter};
+use crate::election::{ElectionHandle, Leadership, Status};
+use crate::metrics::{ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS};
+use crate::model::Observation;
+use crate::schedule;
+use crate::scope::Scope;
+use crate::tracker::{Stage, Tracker, Verdict};
+
+use self::deletes::{Bucket, Gate};
+use self::failures::Failures;
+pub use self::supervise::{spawn, Release, ScopeHandle};
+
+/// Builds the deleter of a scope (a kube client for it); retried until it succeeds.
+pub type DeleterSource =
+    Arc<dyn Fn(Scope) -> BoxFuture<'static, Result<Arc<dyn PodDeleter>, String>> + Send + Sync>;
+
+/// How a sweeper behaves.
+#[derive(Clone, Debug)]
+pub struct SweeperConfig {
+    pub kind: CleanupKind,
+    pub retain: Duration,
+    /// Pacing, in-flight cap, dry run, retry waits.
+    pub tuning: Tuning,
+    /// How long a cleaned UID is remembered.
+    pub tombstone_ttl: Duration,
+    /// Wait between attempts to build the scope's Kubernetes client.
+    pub client_retry: Duration,
+    /// A scope without a reachable leader for this long is reported unhealthy.
+    pub leaderless_alert: Duration,
+    /// A leader that completes no DELETE for this long while DELETEs are due steps down, and
+    /// stays out of the election for as long.
+    pub step_down_after: Duration,
+    /// How often the age of the oldest overdue pod is measured (and the stall checked).
+    pub overdue_probe: Duration,
+    /// A scope with nothing tracked (no record, no spared UID, no live tombstone, nothing in
+    /// flight) for this long releases its election and client.
+    pub idle_release: Duration,
+}
+
+impl SweeperConfig {
+    pub fn new(kind: CleanupKind, retain: Duration) -> Self {
+        SweeperConfig {
+            kind,
+            retain,
+            tuning: Tuning::default(),
+            tombstone_ttl: retain.max(Duration::from_secs(600)) + Duration::from_secs(600),
+            client_retry: Duration::from_secs(30),
+            leaderless_alert: Duration::from_secs(120),
+            step_down_after: Duration::from_secs(120),
+            overdue_probe: Duration::from_secs(5),
+            idle_release: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// Messages to a scope task.
+#[derive(Debug)]
+pub enum Command {
+    Observe(Box<Observation>),
+    Shutdown,
+}
+
+/// Why [`Sweeper::run`] returned.
+enum Exit {
+    /// Shutdown asked for, or the engine went away.
+    Shutdown,
+    /// Idle long enough: removed from the engine's table.
+    Released,
+}
+
+type Uid = Arc<str>;
+
+struct Sweeper {
+    scope: Scope,
+    cfg: SweeperConfig,
+    clock: Clock,
+    election: ElectionHandle,
+    source: DeleterSource,
+    deleter: Option<Arc<dyn PodDeleter>>,
+    /// Why the last attempt to build the deleter failed.
+    deleter_error: Option<String>,
+    build_at: Option<Instant>,
+    tracker: Tracker,
+    queue: DelayQueue<Uid>,
+    keys: HashMap<Uid, delay_queue::Key>,
+    /// UIDs in stage `Due`, oldest first; may hold stale entries (compacted, see `compact_due`).
+    due: VecDeque<Uid>,
+    inflight: JoinSet<(Uid, Option<Outcome>)>,
+    inflight_uid: HashMap<Id, Uid>,
+    inflight_abort: HashMap<Uid, AbortHandle>,
+    /// Records cancelled by an event while their DELETE was in flight, kept until it ends.
+    finishing: HashMap<Uid, crate::tracker::Record>,
+    /// The leadership state last acted on.
+    last_leadership: Leadership,
+    /// When dispatch was held back (lease, rate limit, scope pause): look again then.
+    poke_at: Option<Instant>,
+    /// When a leaderless scope is to be reported unhealthy.
+    leaderless_alert_at: Option<Instant>,
+    bucket: Bucket,
+    /// Closed after a 429 (or a 5xx with Retry-After) until the wait has passed.
+    gate: Arc<Gate>,
+    failures: Failures,
+    /// Since when this server leads (for the stall check).
+    leading_since: Option<Instant>,
+    /// Since when DELETEs have been due without a pause.
+    work_since: Option<Instant>,
+    /// The last answer that shows DELETEs get through (or the API server's own trouble).
+    last_progress: Instant,
+    /// The last failure, for the step-down reason.
+    last_failure: Option<String>,
+    /// When to check whether the idle scope may be released.
+    idle_at: Option<Instant>,
+    /// When the "restarted" unhealthy mark is cleared.
+    restart_clear_at: Option<Instant>,
+    release: Release,
+    metrics: Arc<ScopeMetrics>,
+}
+
+impl Sweeper {
+    async fn run(&mut self, rx: &mut mpsc::UnboundedReceiver<Command>) -> Exit {
+        let mut status = self.election.watch();
+        // The backend may have decided before this task first ran (the local backend leads at
+        // once): act on the state as it is now, then on every change of it.
+        let initial = status.borrow_and_update().clone();
+        self.on_status(&initial);
+        let mut probe = tokio::time::interval(self.cfg.overdue_probe);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.update_gauges();
+            self.update_idle();
+            tokio::select! {
+                biased;
+                cmd = rx.recv() => match cmd {
+                    Some(Command::Observe(obs)) => self.on_observe(&obs),
+                    Some(Command::Shutdown) | None => return Exit::Shutdown,
+                },
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        return Exit::Shutdown;
+                    }
+                    let st = status.borrow_and_update().clone();
+                    self.on_status(&st);
+                }
+                Some(done) = self.inflight.join_next_with_id(), if !self.inflight.is_empty() => {
+                    self.on_done(done);
+                }
+                Some(expired) = self.queue.next(), if !self.queue.is_empty() => {
+                    let key = expired.key();
+                    self.on_expired(expired.into_inner(), key);
+                }
+                _ = sleep_until_some(self.build_at) => self.build_deleter().await,
+                _ = sleep_until_some(self.poke_at) => {
+                    self.poke_at = None;
+                    self.dispatch();
+                }
+                _ = sleep_until_some(self.failures.next_at()) => {
+                    self.failures.summarise(&self.scope, &self.cfg.tuning);
+                }
+                _ = probe.tick(), if !self.tracker.is_empty() => self.probe(),
+                _ = sleep_until_some(self.leaderless_alert_at) => {
+                    self.leaderless_alert_at = None;
+                    self.raise_leaderless_alert();
+                }
+                _ = sleep_until_some(self.restart_clear_at) => {
+                    self.restart_clear_at = None;
+                    self.metrics.clear_unhealthy(crate::metrics::UNHEALTHY_RESTARTED);
+                }
+                _ = sleep_until_some(self.idle_at) => {
+                    if self.try_release(rx) {
+                        return Exit::Released;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn build_deleter(&mut self) {
+        match (self.source)(self.scope.clone()).await {
+            Ok(d) => {
+                debug!(scope = %self.scope, "Kubernetes client ready");
+                self.deleter = Some(d);
+                self.deleter_error = None;
+                self.build_at = None;
+                self.dispatch();
+            }
+            Err(e) => {
+                error!(
+                    scope = %self.scope,
+                    "Cannot build the Kubernetes client for scope {}: {e}; pods wait, retrying in {:?}",
+                    self.scope, self.cfg.client_retry
+                );
+                self.deleter_error = Some(e);
+                self.build_at = Some(Instant::now() + self.cfg.client_retry);
+            }
+        }
+    }
+
+    fn time_left(&self, rec: &crate::tracker::Record, now_wall: std::time::SystemTime) -> Duration {
+        schedule::time_left(
+            rec.terminated_at,
+            rec.first_seen,
+            rec.seen_running,
+            self.cfg.retain,
+            now_wall,
+        )
+    }
+
+    fn on_observe(&mut self, obs: &Observation) {
+        ScopeMetrics::inc(&self.metrics.observed);
+        let uid: Uid = Arc::from(obs.pod_uid.as_str());
+        let now_wall = self.clock.now();
+        match self
+            .tracker
+            .observe(&uid, obs, self.cfg.kind, now_wall, Instant::now())
+        {
+            Verdict::Ignore => {}
+            Verdict::Arm => {
+                let Some(rec) = self.tracker.get(&uid) else {
+                    return;
+                };
+                let left = self.time_left(rec, now_wall);
+                debug!(
+                    scope = %self.scope, pod = %obs.pod_name, uid = %uid, tag = %obs.tag,
+                    "Scheduled {} ({}) for deletion in {:.1}s", obs.pod_name, obs.state.as_str(), left.as_secs_f64()
+                );
+                let key = self.queue.insert(uid.clone(), left);
+                self.keys.insert(uid, key);
+            }
+            Verdict::Rearm => {
+                let (Some(rec), Some(key)) = (self.tracker.get(&uid), self.keys.get(&uid)) else {
+                    return;
+                };
+                if rec.stage == Stage::Scheduled {
+                    let left = self.time_left(rec, now_wall);
+                    self.queue.reset(key, left);
+                }
+            }
+            Verdict::Cancel(rec) => {
+                ScopeMetrics::inc(&self.metrics.cancelled);
+                self.forget(&uid);
+                if self.inflight_abort.contains_key(&uid) {
+                    // Most likely the event of our own DELETE, arriving before its HTTP answer:
+                    // let the request finish so its outcome is logged and counted.
+                    self.finishing.insert(uid.clone(), rec.clone());
+                }
+                debug!(
+                    scope = %self.scope, pod = %rec.name, uid = %uid,
+                    "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name
+                );
+            }
+            Verdict::Disarm(rec) => {
+                ScopeMetrics::inc(&self.metrics.disarmed);
+                self.forget(&uid);
+                if let Some(abort) = self.inflight_abort.remove(&uid) {
+                    abort.abort();
+                }
+                info!(
+                    scope = %self.scope, pod = %rec.name, uid = %uid,
+                    "Pod {} is {} again after {}; its cleanup is disarmed until it terminates again",
+                    rec.name, obs.state.as_str(), rec.state.as_str()
+                );
+            }
+        }
+    }
+
+    /// Drops the timer, the failure entry and any stale due entry of a UID whose record is gone.
+    fn forget(&mut self, uid: &Uid) {
+        if let Some(key) = self.keys.remove(uid) {
+            self.queue.remove(&key);
+        }
+        self.failures.forget(uid);
+        self.compact_due();
+    }
+
+    /// Drops due entries whose record is gone or not due any more, once they outnumber the live
+    /// ones (amortised O(1) per entry).
+    fn compact_due(&mut self) {
+        let live = self.tracker.count(Stage::Due);
+        if self.due.len() > 2 * live + 64 {
+            let tracker = &self.tracker;
+            self.due
+                .retain(|u| tracker.get(u).is_some_and(|r| r.stage == Stage::Due));
+        }
+    }
+
+    fn on_expired(&mut self, uid: Uid, key: delay_queue::Key) {
+        if self.keys.get(&uid) != Some(&key) {
+            return; // a timer that was replaced; not this record's
+        }
+        self.keys.remove(&uid);
+        if self.tracker.set_stage(&uid, Stage::Due) {
+            self.due.push_back(uid);
+            self.dispatch();
+        }
+    }
+
+    /// Every status change: a new leadership state, or a new term / reason of the same one.
+    fn on_status(&mut self, st: &Status) {
+        if st.leadership != self.last_leadership {
+            self.last_leadership = st.leadership;
+            self.on_leadership(st);
+        } else if st.leadership == Leadership::Leading {
+            // A short Paused -> Leading flip may have come and gone between two looks: pods that
+            // became due meanwhile were held back, so look again.
+            self.dispatch();
+        }
+    }
+
+    fn on_leadership(&mut self, st: &Status) {
+        ScopeMetrics::inc(&self.metrics.transitions);
+        self.track_health(st);
+        let leading = st.leadership == Leadership::Leading;
+        self.metrics.leader.store(u64::from(leading), Relaxed);
+        self.leading_since = leading.then(Instant::now);
+        match st.leadership {
+            Leadership::Leading => {
+                info!(
+                    scope = %self.scope,
+                    "Leading cleanup of scope {} ({}): {} pods tracked, {} already due",
+                    self.scope, st.reason, self.tracker.len(), self.tracker.count(Stage::Due)
+                );
+                self.dispatch();
+            }
+            Leadership::Paused => {
+                warn!(
+                    scope = %self.scope,
+                    "Cleanup of scope {} paused ({}): no DELETE until contact is confirmed",
+                    self.scope, st.reason
+                );
+            }
+            Leadership::Following | Leadership::NoQuorum => {
+                let aborted = self.inflight_abort.len();
+                for (_, abort) in self.inflight_abort.drain() {
+                    abort.abort();
+                }
+                info!(
+                    scope = %self.scope,
+                    "Not leading scope {} ({}: {}); {} DELETEs in flight cancelled",
+                    self.scope, st.leadership.as_str(), st.reason, aborted
+                );
+            }
+        }
+    }
+
+    /// Paused and NoQuorum mean no leader can act; Leading and Following mean one can.
+    fn track_health(&mut self, st: &Status) {
+        let leaderless = matches!(st.leadership, Leadership::Paused | Leadership::NoQuorum);
+        let since = self.metrics.leaderless_since_ms.load(Relaxed);
+        if leaderless && since == 0 {
+            self.metrics
+                .leaderless_since_ms
+                .store(crate::metrics::epoch_ms().max(1), Relaxed);
+            self.leaderless_alert_at = Some(Instant::now() + self.cfg.leaderless_alert);
+        } else if !leaderless && since != 0 {
+            self.metrics.leaderless_since_ms.store(0, Relaxed);
+            self.leaderless_alert_at = None;
+            if self.metrics.clear_unhealthy(UNHEALTHY_LEADERLESS) {
+                info!(
+                    scope = %self.scope,
+                    "Scope {} has a cleanup leader again ({}: {}); {} pods tracked",
+                    self.scope, st.leadership.as_str(), st.reason, self.tracker.len()
+                );
+            }
+        }
+    }
+
+    fn raise_leaderless_alert(&mut self) {
+        let st = self.election.status();
+        let reason = format!(
+            "no reachable cleanup leader for over {:?} ({}: {})",
+            self.cfg.leaderless_alert,
+            st.leadership.as_str(),
+            st.reason
+        );
+        self.metrics.set_unhealthy(UNHEALTHY_LEADERLESS, &reason);
+        error!(
+            scope = %self.scope,
+            "Scope {} has had {reason}; nothing is deleted until the HA backend is reachable \
+             again, {} pods wait ({} already due)",
+            self.scope, self.tracker.len(), self.tracker.count(Stage::Due)
+        );
+    }
+
+    /// Every few seconds: the oldest overdue pod's age, and whether a leader is stuck.
+    fn probe(&mut self) {
+        let now = self.clock.now();
+        let oldest = self
+            .tracker
+            .iter()
+            .filter(|(_, r)| r.stage != Stage::Scheduled)
+            .filter_map(|(_, r)| {
+                let d = schedule::deadline(
+                    r.terminated_at,
+                    r.first_seen,
+                    r.seen_running,
+                    self.cfg.retain,
+                    now,
+                );
+                now.duration_since(d).ok()
+            })
+            .max()
+            .unwrap_or_default();
+        ScopeMetrics::set(&self.metrics.oldest_overdue_ms, oldest.as_millis() as usize);
+        self.check_stall(Instant::now());
+    }
+
+    /// Steps down when this leader has completed no DELETE for `step_down_after` while DELETEs
+    /// were due (and not held back by a server's `Retry-After`).
+    fn check_stall(&mut self, now: Instant) {
+        let overdue = self.tracker.len() - self.tracker.count(Stage::Scheduled);
+        if overdue == 0 || self.gate.closed_until(now).is_some() {
+            self.work_since = None;
+            return;
+        }
+        let work_since = *self.work_since.get_or_insert(now);
+        let Some(leading_since) = self.leading_since else {
+            return;
+        };
+        let stalled_since = work_since.max(leading_since).max(self.last_progress);
+        let window = self.cfg.step_down_after;
+        if now.duration_since(stalled_since) < window {
+            return;
+        }
+        let why = match (&self.deleter_error, &self.last_failure) {
+            (Some(e), _) => format!("the Kubernetes client cannot be built: {e}"),
+            (None, Some(f)) => format!("last answer: {f}"),
+            (None, None) => "no answer yet".to_owned(),
+        };
+        let reason = format!(
+            "this server completed no DELETE for {window:?} while {overdue} pod(s) were due ({why})"
+        );
+        self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
+        // One report per window, whatever happens next.
+        self.last_progress = now;
+        if self.election.step_down(window, &reason) {
+            error!(
+                scope = %self.scope,
+                "Stepping down as cleanup leader of scope {}: {reason}. Another server may take \
+                 over; this one stays out of the election for {window:?}",
+                self.scope
+            );
+        } else {
+            error!(
+                scope = %self.scope,
+                "Cleanup of scope {} is stuck: {reason}; there is no other server to hand over to",
+                self.scope
+            );
+        }
+    }
+
+    /// Schedules the idle check while nothing is tracked, cancels it otherwise.
+    fn update_idle(&mut self) {
+        let candidate = self.tracker.is_empty()
+            && self.tracker.spared_count() == 0
+            && self.tracker.running_count() == 0
+            && self.inflight.is_empty()
+            && self.finishing.is_empty();
+        if !candidate {
+            self.idle_at = None;
+        } else if self.idle_at.is_none() {
+            let now = Instant::now();
+            let from = self
+                .tracker
+                .tombstones_expire_at()
+                .map_or(now, |t| t.max(now));
+            self.idle_at = Some(from + self.cfg.idle_release);
+        }
+    }
+
+    /// Releases the scope if it is still idle and no event is waiting; true if released.
+    fn try_release(&mut self, rx: &mpsc::UnboundedReceiver<Command>) -> bool {
+        let now = Instant::now();
+        if !self.tracker.is_idle(now) {
+            // A tombstone younger than its TTL: look again once it has expired.
+            let from = self.tracker.tombstones_expire_at().unwrap_or(now).max(now);
+            self.idle_at = Some(from + self.cfg.idle_release);
+            return false;
+        }
+        if !(self.release)(rx) {
+            self.idle_at = Some(now + self.cfg.overdue_probe);
+            return false;
+        }
+        info!(
+            scope = %self.scope,
+            "Scope {} tracked nothing for {:?}: its election and Kubernetes client are released \
+             until its next event",
+            self.scope, self.cfg.idle_release
+        );
+        true
+    }
+
+    fn update_gauges(&self) {
+        ScopeMetrics::set(&self.metrics.tracked, self.tracker.len());
+        ScopeMetrics::set(&self.metrics.scheduled, self.queue.len());
+        ScopeMetrics::set(&self.metrics.due, self.tracker.count(Stage::Due));
+        ScopeMetrics::set(&self.metrics.inflight, self.inflight.len());
+        ScopeMetrics::set(&self.metrics.spared, self.tracker.spared_count());
+    }
+}
+
+/// Sleeps until `deadline`; never resolves when there is none.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;
