@@ -7,13 +7,14 @@ import scala.collection.JavaConverters._
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, MockKube, Recorded}
+import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, Recorded, TestApi}
 
 /**
  * The workload, the two phases and the judge shared by the demo, the `deletes_per_pod` bench and
  * the Kyuubi fleet suite: phase 1 runs today's Kyuubi cleanup on N servers, phase 2 runs N podsweep
  * servers with one leader per scope. Each phase uses its own namespaces (`<prefix>baseline-<i>`,
- * `<prefix>podsweep-<i>`), so one MockKube and one HA service can serve many phases.
+ * `<prefix>podsweep-<i>`), so one API server ([[TestApi]]: the fabric8 mock or [[org.podsweep.testkit.PodsApi]]) and one HA
+ * service can serve many phases.
  *
  * Which servers run: with Kyuubi 1.12.0 built (scripts/kyuubi), phase 1 is N stock
  * `KubernetesApplicationOperation`s and phase 2 N patched ones, each in its own JVM
@@ -183,11 +184,11 @@ object Phases {
   private def present(admin: KubernetesClient, nss: Seq[String]): Set[PodRef] =
     nss.flatMap(ns => admin.pods().inNamespace(ns).list().getItems.asScala.map(p => PodRef(ns, p.getMetadata.getName))).toSet
 
-  private def deletesIn(kube: MockKube, nss: Seq[String]): Seq[Recorded] =
+  private[podsweep] def deletesIn(kube: TestApi, nss: Seq[String]): Seq[Recorded] =
     kube.podDeletes().filter(_.pod.exists(p => nss.contains(p._1)))
 
   /** Waits until `done` holds and then until no DELETE arrived for `quietMs`. */
-  private def settle(kube: MockKube, nss: Seq[String], quietMs: Long)(done: => Boolean): Unit = {
+  private def settle(kube: TestApi, nss: Seq[String], quietMs: Long)(done: => Boolean): Unit = {
     val deadline = System.currentTimeMillis() + DeadlineMs
     while (!done && System.currentTimeMillis() < deadline) Thread.sleep(100)
     var last = deletesIn(kube, nss).size
@@ -203,7 +204,7 @@ object Phases {
       label: String,
       kind: String,
       s: Spec,
-      kube: MockKube,
+      kube: TestApi,
       admin: KubernetesClient,
       nss: Seq[String],
       w: Workload,
@@ -234,7 +235,7 @@ object Phases {
   // ---------------------------------------------------------------------------------------------
   // Phase 1: today's Kyuubi on N servers
 
-  def baseline(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+  def baseline(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val (kind, why) = baselineKind(s)
     if (s.realKyuubi) why.foreach(w => s.progress(s"phase 1 runs the model of Kyuubi's cleanup: $w"))
     if (kind == StockKind) baselineKyuubi(s, kube, admin) else baselineModel(s, kube, admin)
@@ -250,7 +251,7 @@ object Phases {
   private def startKyuubi(
       s: Spec,
       kind: KyuubiHome.Kind,
-      kube: MockKube,
+      kube: TestApi,
       phase: String,
       nss: Seq[String],
       extra: Map[String, String]): Seq[KyuubiServer] = {
@@ -271,7 +272,7 @@ object Phases {
   }
 
   /** Phase 1 with the real class: N stock KubernetesApplicationOperations, each in its own JVM. */
-  private def baselineKyuubi(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+  private def baselineKyuubi(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
     s.progress(s"phase 1 (baseline): ${s.servers} stock Kyuubi 1.12.0 servers, each deleting on its own")
     val servers = startKyuubi(s, KyuubiHome.Stock, kube, "baseline", nss, Map.empty)
@@ -290,7 +291,7 @@ object Phases {
   }
 
   /** Phase 1 without Kyuubi: the model of its cleanup. */
-  private def baselineModel(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+  private def baselineModel(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
     s.progress(s"phase 1 (baseline): ${s.servers} Kyuubi servers (model), each deleting on its own")
     // Check threads out of step, spread evenly over one interval, as servers started at different moments.
@@ -317,7 +318,7 @@ object Phases {
   // ---------------------------------------------------------------------------------------------
   // Phase 2: podsweep on N servers, one leader per scope through ZooKeeper or etcd
 
-  def podsweep(s: Spec, kube: MockKube, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
+  def podsweep(s: Spec, kube: TestApi, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
     val nss = s.namespaces("podsweep")
     val (kind, why) = podsweepKind(s)
     if (s.realKyuubi) why.foreach(w => s.progress(s"phase 2 runs podsweep in logical servers, not in Kyuubi: $w"))

@@ -25,7 +25,7 @@ final case class Observed(
  * Kyuubi's facts and call `observe`, and its own PodSweeper (own ZooKeeper session, own kube
  * identity: the conf's oauthToken).
  */
-final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, String]) extends FleetServer {
+final class LogicalServer(val name: String, kube: TestApi, conf: Map[String, String]) extends FleetServer {
   val sweeper: PodSweeper = PodSweeper.create(conf.asJava, s"$name:10009")
   private val client: KubernetesClient = kube.client(s"informer-$name")
   private val informers = new ConcurrentHashMap[String, SharedIndexInformer[Pod]]()
