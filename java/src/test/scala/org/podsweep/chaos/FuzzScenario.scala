@@ -19,7 +19,10 @@ import org.podsweep.testkit.{KyuubiHome, PodsApi}
  * maps through `create`. Every failure must be one of the documented exceptions
  * (IllegalArgumentException, IllegalStateException, PodsweepException); anything else, or the JVM
  * dying, breaks the scenario. The sweepers point at a [[PodsApi]] that holds no pod, with a retain
- * period of an hour, so no DELETE may reach it during the run.
+ * period of an hour: a DELETE may reach it only for a pod the fuzz reported as a terminated Spark
+ * driver (the fuzz sends termination times far in the past, so some are due at once); a DELETE of
+ * anything else is wrongful. The probe writes down every such observation it made (with the
+ * default namespace for a null one).
  */
 object FuzzScenario {
   def run(smoke: Boolean): Seq[Outcome] = {
@@ -47,8 +50,19 @@ object FuzzScenario {
           l.split("=", 2) match { case Array(k, v) => Some(k -> v); case _ => None }
         }.toMap else Map.empty
       val undocumented = fields.get("undocumented").map(_.toLong).getOrElse(-1L)
+      val deletable: Set[(String, String)] = {
+        val f = dir.resolve("deletable.txt")
+        if (!Files.isRegularFile(f)) Set.empty
+        else Source.fromFile(f.toFile, "UTF-8").getLines().flatMap(_.split("\t") match {
+          case Array(ns, name) => Some((ns, name)); case _ => None
+        }).toSet
+      }
+      val deletes = api.podDeletes()
+      val wrongful = deletes.count(d => !deletable.contains((d.namespace, d.pod.getOrElse(""))))
+      if (wrongful > 0) Chaos.progress(s"fuzz: DELETEs ${deletes.map(d => s"${d.path} ${d.status}").mkString(", ")}; " +
+        s"deletable observations ${deletable.take(10).mkString(", ")}")
       if (crashed) Chaos.progress(s"fuzz: the probe JVM ended with status $code (hs_err: $hsErr); see $dir")
-      Seq(Outcome("local", 0, api.podDeletes().size, 0, duplicatesWithinBound = true, 0, api.podDeletes().size,
+      Seq(Outcome("local", 0, deletes.size, 0, duplicatesWithinBound = true, 0, wrongful,
         if (crashed) 1 else 0,
         Seq(
           "observe_calls" -> fields.getOrElse("calls", "0").toLong,
@@ -57,6 +71,7 @@ object FuzzScenario {
           "documented_exceptions" -> fields.getOrElse("documented", "").split(",").filter(_.nonEmpty).map { kv =>
             val Array(k, v) = kv.split(":"); k -> v.toLong }.toMap,
           "undocumented_exceptions" -> undocumented,
+          "deletable_observations" -> deletable.size,
           "undocumented_examples" -> fields.getOrElse("examples", ""),
           "probe_exit" -> code,
           "probe_seconds" -> (System.nanoTime() - t0) / 1e9),
@@ -147,12 +162,21 @@ object FuzzProbe {
       "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> "PT1H")
     val sweeper = PodSweeper.create(base.asJava, "fuzz:1")
     val calls = callsArg.toLong
+    // Observations that may lead to a DELETE: a terminated Spark driver, not being deleted.
+    // (An OutputStreamWriter replaces what UTF-8 cannot encode, e.g. a lone surrogate, where a
+    // Files.newBufferedWriter would fail and leave the PrintWriter silently dead.)
+    val deletable = new java.io.PrintWriter(new java.io.OutputStreamWriter(
+      new java.io.FileOutputStream(Paths.get(summaryPath).resolveSibling("deletable.txt").toFile), "UTF-8"))
+    val terminal = Set("FINISHED", "FAILED", "KILLED", "NOT_FOUND")
     var i = 0L
     while (i < calls) {
       val (ctx, ns, ev, tag, name, uid, state) =
         (string(), string(), events(rnd.nextInt(events.length)), string(), string(), string(),
           if (rnd.nextBoolean()) States(rnd.nextInt(States.size)) else string())
-      attempt("observe")(sweeper.observe(ctx, ns, ev, tag, name, uid, state, rnd.nextBoolean(), time(), rnd.nextBoolean()))
+      val (selector, at, deleting) = (rnd.nextBoolean(), time(), rnd.nextBoolean())
+      val took = attempt("observe")(sweeper.observe(ctx, ns, ev, tag, name, uid, state, selector, at, deleting))
+      if (took && selector && !deleting && ev != PodEvent.DELETE && terminal(state))
+        deletable.println(s"${Option(ns).getOrElse("default")}\t$name")
       if (i % 1000 == 0) attempt("status")(sweeper.statusAll())
       i += 1
     }
@@ -162,6 +186,7 @@ object FuzzProbe {
         System.currentTimeMillis(), false))
     if (!sane) { undocumented += 1; examples += "the engine refused a well-formed observation after the fuzzing" }
     sweeper.close()
+    deletable.close()
     attempt("observe after close")(sweeper.observe(null, "x", PodEvent.ADD, "t", "n", "u", "RUNNING", true, 0, false))
 
     val creates = createsArg.toInt
