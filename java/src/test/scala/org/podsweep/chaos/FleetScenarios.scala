@@ -25,6 +25,9 @@ object FleetScenarios {
 
   private def progress(s: String): Unit = Chaos.progress(s)
 
+  /** Both HA backends in a full run; ZooKeeper alone in the smoke pass (the full run covers etcd). */
+  private def backends(smoke: Boolean): Seq[String] = if (smoke) Seq("zookeeper") else HaBackend.Names
+
   private def need(kind: KyuubiHome.Kind): Unit =
     KyuubiHome.missing(kind).foreach(w => throw new IllegalStateException(s"${kind.label} cannot run here: $w"))
 
@@ -49,7 +52,7 @@ object FleetScenarios {
   def mixedFleet(smoke: Boolean): Seq[Outcome] = {
     need(KyuubiHome.Patched)
     need(KyuubiHome.Stock)
-    HaBackend.Names.flatMap { backend =>
+    backends(smoke).flatMap { backend =>
       val ha = HaBackend.start(backend)
       val kube = TestApi.start("pods-api")
       val admin = kube.client("chaos-admin")
@@ -108,7 +111,10 @@ object FleetScenarios {
    * carrying `deletionTimestamp` cancels the schedule for good), 0 leaked, 0 wrongful.
    */
   def graceful(smoke: Boolean): Seq[Outcome] = {
-    val seeds = TestApi.Names.map { api =>
+    // The smoke pass leaves out what scripts/test runs anyway: the seed scenarios on both servers
+    // (CoordinationZooKeeperSuite, CoordinationOnPodsApiSuite) and the fleet on the CRUD mock.
+    val apis = if (smoke) Seq("pods-api") else TestApi.Names
+    val seeds = (if (smoke) Nil else TestApi.Names).map { api =>
       val suite: org.scalatest.Suite =
         if (api == "mock") new org.podsweep.CoordinationZooKeeperSuite else new org.podsweep.CoordinationOnPodsApiSuite
       val (passed, failed) = runSuite(suite)
@@ -117,7 +123,7 @@ object FleetScenarios {
           "seeds_failures" -> failed),
         broken = failed.map(f => s"seed scenario failed: $f"))
     }
-    val fleets = TestApi.Names.flatMap { api =>
+    val fleets = apis.flatMap { api =>
       val ha = HaBackend.start("zookeeper")
       val kube: TestApi = if (api == "mock") TestApi.start("mock") else new PodsApiServer(new PodsApi(kubeletConfirmMs = 2000))
       val admin = kube.client("chaos-admin")
@@ -180,7 +186,7 @@ object FleetScenarios {
       "unauthorized" -> Some(ApiFault.Unauthorized),
       "reset" -> Some(ApiFault.Reset),
       "slow" -> Some(ApiFault.Slow(slowMs)))
-    Seq("zookeeper", "etcd").flatMap { backend =>
+    backends(smoke).flatMap { backend =>
       val ha = HaBackend.start(backend)
       val api = new PodsApi()
       val kube = new PodsApiServer(api)

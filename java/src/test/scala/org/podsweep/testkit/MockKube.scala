@@ -101,6 +101,9 @@ final class MockKube extends TestApi {
         .setBody(statusJson(503, "ServiceUnavailable", "the server is currently unable to handle the request (injected)"))
     case DeleteFault.Disconnect =>
       new MockResponse().setSocketPolicy(SocketPolicy.DISCONNECT_AFTER_REQUEST)
+    case DeleteFault.Refused =>
+      new MockResponse().setResponseCode(401).setHeader("Content-Type", "application/json")
+        .setBody(statusJson(401, "Unauthorized", "Unauthorized"))
   }
 
   val server = new KubernetesMockServer(new Context(), new MockWebServer(), responses, recording, false)

@@ -60,6 +60,7 @@ final class PodsApiServer(val api: PodsApi) extends TestApi {
         case a: ApiFault.Answer if a.code == 403 => DeleteFault.Forbidden
         case a: ApiFault.Answer if a.code == 429 => DeleteFault.Throttled
         case a: ApiFault.Answer if a.code >= 500 => DeleteFault.Unavailable
+        case _: ApiFault.Answer => DeleteFault.Refused
       }
       Recorded(r.method, r.path, r.bearer, "", r.atMillis, r.status, injected)
     }
@@ -73,6 +74,7 @@ final class PodsApiServer(val api: PodsApi) extends TestApi {
       case DeleteFault.Throttled => ApiFault.throttled(1)
       case DeleteFault.Unavailable => ApiFault.Unavailable
       case DeleteFault.Disconnect => ApiFault.Reset
+      case DeleteFault.Refused => ApiFault.Unauthorized
     }))
 
   override def injectDeleteFaults(f: DeleteFaults): Unit = faults = Some(f)
