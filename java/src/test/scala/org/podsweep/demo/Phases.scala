@@ -57,6 +57,7 @@ object Phases {
    *                     from the driver container (`kyuubi.kubernetes.application.state.source=CONTAINER`),
    *                     so a real API server deletes them gracefully (Terminating, then gone)
    * @param logDir       where the Kyuubi servers' logs go
+   * @param podPrefix    prefixes every pod name (several workloads in one namespace)
    */
   final case class Spec(
       servers: Int,
@@ -70,6 +71,7 @@ object Phases {
       quietMs: Option[Long] = None,
       realKyuubi: Boolean = true,
       sidecar: Boolean = false,
+      podPrefix: String = "",
       logDir: java.nio.file.Path = java.nio.file.Paths.get("target", "kyuubi-logs"),
       progress: String => Unit = _ => ()) {
     def quiet: Long = quietMs.getOrElse(retainMs + 2000)
@@ -163,12 +165,13 @@ object Phases {
     val node = if (s.sidecar) Some("node-1") else None
     def driver(name: String, appSelector: Boolean = true, phase: String = "Running") =
       KyuubiPods.driver(name, appSelector = appSelector, phase = phase, nodeName = node, sidecar = s.sidecar)
-    val drivers = parallel(0 until s.pods)(i => create(nss(i % nss.size), driver(f"spark-driver-$i%04d")))
+    val pre = s.podPrefix
+    val drivers = parallel(0 until s.pods)(i => create(nss(i % nss.size), driver(f"${pre}spark-driver-$i%04d")))
     val decoys = parallel(nss.flatMap(ns => Seq(
-      ns -> driver("decoy-running-a"),
-      ns -> driver("decoy-running-b"),
-      ns -> driver("decoy-pending", phase = "Pending"),
-      ns -> driver("decoy-no-selector", appSelector = false))))(p => create(p._1, p._2))
+      ns -> driver(s"${pre}decoy-running-a"),
+      ns -> driver(s"${pre}decoy-running-b"),
+      ns -> driver(s"${pre}decoy-pending", phase = "Pending"),
+      ns -> driver(s"${pre}decoy-no-selector", appSelector = false))))(p => create(p._1, p._2))
     (drivers, decoys)
   }
 
@@ -190,7 +193,7 @@ object Phases {
     val deadlines = parallel(drivers.zipWithIndex) { case ((ref, pod), i) =>
       ref -> (end(admin, ref, pod, i % 3 != 2) + retainMs)
     }
-    decoys.filter(_._1.name == "decoy-no-selector").foreach { case (ref, pod) => end(admin, ref, pod, succeeded = true) }
+    decoys.filter(_._1.name.endsWith("decoy-no-selector")).foreach { case (ref, pod) => end(admin, ref, pod, succeeded = true) }
     Workload(drivers.map(_._1), decoys.map(_._1), deadlines.toMap)
   }
 
