@@ -180,7 +180,10 @@ pub async fn build_config(conf: &HashMap<String, String>) -> Result<kube::Config
     cfg.connect_timeout = Some(Duration::from_secs(10));
     cfg.read_timeout = Some(Duration::from_secs(30));
     // The API server's audit log (and a test's API server) tells podsweep's requests apart.
-    cfg.headers.push((http::header::USER_AGENT, http::HeaderValue::from_static(USER_AGENT)));
+    cfg.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
     Ok(cfg)
 }
 
