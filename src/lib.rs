@@ -19,6 +19,7 @@
 //! 6. JNI entry points never block on the network and never let a panic cross the boundary.
 //! 7. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
 
+pub mod build_info;
 pub mod clock;
 pub mod config;
 pub mod deleter;

@@ -42,6 +42,12 @@ final class NativeBridge {
   /** Releases leadership and frees the handle; deletes nothing. Called at most once per handle. */
   static native void close(long handle);
 
+  /**
+   * {@code podsweep-build-info version=<version> commit=<commit>}: what the library was built from
+   * (see {@link BuildInfo}). Needs no handle.
+   */
+  static native String buildInfo();
+
   /** Panics inside native code; the panic must surface as {@link PodsweepException}. */
   static native void panicForTest();
 }
