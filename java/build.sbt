@@ -173,14 +173,16 @@ Compile / resourceGenerators += Def.task {
   Seq(out)
 }.taskValue
 
-// The API jar leaves out the native library the class path carries for tests and runs; every jar
-// gets LICENSE and NOTICE.
+// The API and sources jars leave out the native library the class path carries for tests and runs
+// (resources count as sources); every jar gets LICENSE and NOTICE.
 Compile / packageBin / mappings := {
   val root = repoRoot.value
   (Compile / packageBin / mappings).value.filterNot(_._2.startsWith("native/")) ++
     Seq(root / "LICENSE" -> "META-INF/LICENSE", root / "NOTICE" -> "META-INF/NOTICE")
 }
-Compile / packageSrc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+Compile / packageSrc / mappings := (Compile / packageSrc / mappings).value.filterNot(_._2.startsWith("native/")) ++
+  Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+Compile / doc / javacOptions += "-quiet"
 Compile / packageDoc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
 
 platformInputs := {
@@ -223,6 +225,9 @@ pomPostProcess := { (node: scala.xml.Node) =>
 // The jars' own SBOM (sbt-sbom, project/plugins.sbt): CycloneDX JSON, published with classifier
 // cyclonedx.
 bomFormat := "json"
+
+// publishM2 installs like `mvn install`: a rebuild of the same version replaces the previous one.
+publishM2Configuration := publishM2Configuration.value.withOverwrite(true)
 
 stageRelease := {
   val out = repoRoot.value / "target" / "release"
