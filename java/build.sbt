@@ -182,7 +182,7 @@ Compile / packageBin / mappings := {
 }
 Compile / packageSrc / mappings := (Compile / packageSrc / mappings).value.filterNot(_._2.startsWith("native/")) ++
   Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
-Compile / doc / javacOptions += "-quiet"
+Compile / doc / javacOptions ++= Seq("-quiet", "-notimestamp") // -notimestamp: the same sources give the same javadoc jar
 Compile / packageDoc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
 
 platformInputs := {
