@@ -2,7 +2,7 @@
 //
 // The native library is taken from the Rust build in the repository root
 // (target/x86_64-unknown-linux-gnu/release/libpodsweep.so, built by scripts/package) or from the
-// file named by the environment variable PODSWEEP_NATIVE_LIB, and put on the class path as the
+// file named by the environment variable PODSWEEP_NATIVE_LIB, and put on the test class path as the
 // resource native/linux/x86_64/libpodsweep.so. Tests load it through NativeLoader's extraction path,
 // i.e. exactly the way the platform jar is used. The release artifacts (API jar, platform jars,
 // sources, javadoc, pom, SBOM) are set up in the "Release artifacts" block at the end.
@@ -63,9 +63,11 @@ lazy val root = (project in file("."))
     ),
     nativeLibrary := sys.env.get("PODSWEEP_NATIVE_LIB").filter(_.nonEmpty).map(file)
       .getOrElse(repoRoot.value / "target" / "x86_64-unknown-linux-gnu" / "release" / "libpodsweep.so"),
-    Compile / resourceGenerators += Def.task {
+    // A test resource: the API jar (Compile / packageBin) has no native code, while tests and
+    // Test/runMain (which runs on the tests jar) find the library where a platform jar has it.
+    Test / resourceGenerators += Def.task {
       val src = nativeLibrary.value
-      val dst = (Compile / resourceManaged).value / nativeResource
+      val dst = (Test / resourceManaged).value / nativeResource
       val log = streams.value.log
       if (src.isFile) {
         IO.copyFile(src, dst, preserveLastModified = true)
@@ -173,15 +175,9 @@ Compile / resourceGenerators += Def.task {
   Seq(out)
 }.taskValue
 
-// The API and sources jars leave out the native library the class path carries for tests and runs
-// (resources count as sources); every jar gets LICENSE and NOTICE.
-Compile / packageBin / mappings := {
-  val root = repoRoot.value
-  (Compile / packageBin / mappings).value.filterNot(_._2.startsWith("native/")) ++
-    Seq(root / "LICENSE" -> "META-INF/LICENSE", root / "NOTICE" -> "META-INF/NOTICE")
-}
-Compile / packageSrc / mappings := (Compile / packageSrc / mappings).value.filterNot(_._2.startsWith("native/")) ++
-  Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+// Every jar gets LICENSE and NOTICE.
+Compile / packageBin / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+Compile / packageSrc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
 Compile / doc / javacOptions ++= Seq("-quiet", "-notimestamp") // -notimestamp: the same sources give the same javadoc jar
 Compile / packageDoc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
 
