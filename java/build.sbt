@@ -2,16 +2,14 @@
 //
 // The native library is taken from the Rust build in the repository root
 // (target/x86_64-unknown-linux-gnu/release/libpodsweep.so, built by scripts/package) or from the
-// file named by the environment variable PODSWEEP_NATIVE_LIB, and shipped as the resource
-// native/linux/x86_64/libpodsweep.so. Tests load it through NativeLoader's extraction path, i.e.
-// exactly the way the packaged jar is used.
-
-import java.util.zip.ZipFile
+// file named by the environment variable PODSWEEP_NATIVE_LIB, and put on the test class path as the
+// resource native/linux/x86_64/libpodsweep.so. Tests load it through NativeLoader's extraction path,
+// i.e. exactly the way the platform jar is used. The release artifacts (API jar, platform jars,
+// sources, javadoc, pom, SBOM) are set up in the "Release artifacts" block at the end.
 
 val repoRoot = settingKey[File]("root of the podsweep repository")
 val nativeLibrary = settingKey[File]("the libpodsweep.so to ship")
 val nativeResource = "native/linux/x86_64/libpodsweep.so"
-val platformClassifier = "linux-x86_64"
 val jmhClean = taskKey[Unit]("removes JMH's generated benchmark code before its sources are recompiled")
 
 // The crate version is the single source of truth for the artifact version.
@@ -77,9 +75,11 @@ lazy val root = (project in file("."))
     ),
     nativeLibrary := sys.env.get("PODSWEEP_NATIVE_LIB").filter(_.nonEmpty).map(file)
       .getOrElse(repoRoot.value / "target" / "x86_64-unknown-linux-gnu" / "release" / "libpodsweep.so"),
-    Compile / resourceGenerators += Def.task {
+    // A test resource: the API jar (Compile / packageBin) has no native code, while tests and
+    // Test/runMain (which runs on the tests jar) find the library where a platform jar has it.
+    Test / resourceGenerators += Def.task {
       val src = nativeLibrary.value
-      val dst = (Compile / resourceManaged).value / nativeResource
+      val dst = (Test / resourceManaged).value / nativeResource
       val log = streams.value.log
       if (src.isFile) {
         IO.copyFile(src, dst, preserveLastModified = true)
@@ -90,20 +90,6 @@ lazy val root = (project in file("."))
         Seq.empty
       }
     }.taskValue,
-    // podsweep-<version>-linux-x86_64.jar, and refuse to package a jar without the library.
-    Compile / packageBin / artifactClassifier := Some(platformClassifier),
-    Compile / packageBin / artifactPath :=
-      target.value / s"${name.value}-${version.value}-$platformClassifier.jar",
-    Compile / packageBin := {
-      val jar = (Compile / packageBin).value
-      val zip = new ZipFile(jar)
-      try {
-        if (zip.getEntry(nativeResource) == null)
-          sys.error(s"$jar has no $nativeResource (missing ${nativeLibrary.value}?)")
-      } finally zip.close()
-      jar
-    },
-    Compile / packageDoc / publishArtifact := false,
     Test / fork := true,
     Test / parallelExecution := false,
     Test / testForkedParallel := false,
@@ -201,3 +187,116 @@ lazy val kyuubiDropin = (project in file("kyuubi/dropin"))
     },
     Compile / packageBin / artifactPath := target.value / s"podsweep-kyuubi-dropin-${version.value}.jar"
   )
+// =================================================================================================
+// Release artifacts. Maven coordinates org.podsweep:podsweep:<crate version> (Cargo.toml's version):
+//   podsweep-<v>.jar                 API jar: the classes and no native code; what a build such as
+//                                    Kyuubi's compiles against
+//   podsweep-<v>-linux-x86_64.jar    platform jars: the same classes plus native/linux/<arch>/
+//   podsweep-<v>-linux-aarch64.jar   libpodsweep.so, META-INF/THIRD-PARTY-LICENSES.txt and the
+//                                    library's SBOM; one of them is all a server's class path needs
+//   podsweep-<v>-sources.jar, podsweep-<v>-javadoc.jar, podsweep-<v>.pom,
+//   podsweep-<v>-cyclonedx.json (the jars' SBOM, sbt-sbom), podsweep-<v>-linux-<arch>-cyclonedx.json
+//   (the library's SBOM, cargo-cyclonedx, also inside the platform jar)
+// Every jar has META-INF/LICENSE, META-INF/NOTICE and org/podsweep/build-info.properties (version
+// and git commit; NativeLoader compares them with the loaded library's). scripts/package makes the
+// platform jars' inputs (the .so per architecture, the notices, the library SBOMs), runs
+// `stageRelease` (every artifact into ../target/release) and `publishM2`.
+// =================================================================================================
+
+val gitCommit = taskKey[String]("the git commit being built ($PODSWEEP_GIT_COMMIT wins), or unknown")
+val platformInputs = settingKey[Map[String, Seq[(File, String)]]](
+  "per architecture: the files a platform jar adds to the API jar, with their paths in the jar")
+val platformJarX86_64 = taskKey[File]("podsweep-<version>-linux-x86_64.jar")
+val platformJarAarch64 = taskKey[File]("podsweep-<version>-linux-aarch64.jar")
+val stageRelease = taskKey[Seq[File]]("copies every published artifact to ../target/release")
+
+def platformJar(arch: String): Def.Initialize[Task[File]] = Def.task {
+  val extra = platformInputs.value(arch)
+  extra.collect { case (f, _) if !f.isFile => f }.foreach { f =>
+    sys.error(s"the linux-$arch platform jar needs $f; build it with scripts/package")
+  }
+  val jar = target.value / s"${name.value}-${version.value}-linux-$arch.jar"
+  val manifest = new java.util.jar.Manifest()
+  val attrs = manifest.getMainAttributes
+  attrs.put(java.util.jar.Attributes.Name.MANIFEST_VERSION, "1.0")
+  attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_TITLE, s"${name.value} (linux-$arch)")
+  attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_VERSION, version.value)
+  attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_VENDOR, organization.value)
+  IO.jar((Compile / packageBin / mappings).value ++ extra, jar, manifest, Package.defaultTimestamp)
+  streams.value.log.info(s"platform jar: $jar")
+  jar
+}
+
+gitCommit := sys.env.get("PODSWEEP_GIT_COMMIT").map(_.trim).filter(_.nonEmpty).getOrElse {
+  scala.util.Try(
+    scala.sys.process.Process(Seq("git", "rev-parse", "HEAD"), repoRoot.value).!!(scala.sys.process.ProcessLogger(_ => ())).trim
+  ).toOption.filter(_.nonEmpty).getOrElse("unknown")
+}
+
+// org/podsweep/build-info.properties: the same version and commit the Rust build stamps (build.rs).
+Compile / resourceGenerators += Def.task {
+  val out = (Compile / resourceManaged).value / "org" / "podsweep" / "build-info.properties"
+  val text = s"version=${version.value}\ncommit=${gitCommit.value}\n"
+  if (!out.isFile || IO.read(out) != text) IO.write(out, text)
+  Seq(out)
+}.taskValue
+
+// Every jar gets LICENSE and NOTICE.
+Compile / packageBin / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+Compile / packageSrc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+Compile / doc / javacOptions ++= Seq("-quiet", "-notimestamp") // -notimestamp: the same sources give the same javadoc jar
+Compile / packageDoc / mappings ++= Seq(repoRoot.value / "LICENSE" -> "META-INF/LICENSE", repoRoot.value / "NOTICE" -> "META-INF/NOTICE")
+
+platformInputs := {
+  val root = repoRoot.value
+  val env = sys.env.get(_: String).filter(_.nonEmpty).map(file)
+  val so = Map(
+    "x86_64" -> nativeLibrary.value,
+    "aarch64" -> env("PODSWEEP_NATIVE_LIB_AARCH64")
+      .getOrElse(root / "target" / "aarch64-unknown-linux-gnu" / "release" / "libpodsweep.so"))
+  so.map { case (arch, lib) =>
+    arch -> Seq(
+      lib -> s"native/linux/$arch/libpodsweep.so",
+      root / "target" / "notices" / "THIRD-PARTY-LICENSES.txt" -> "META-INF/THIRD-PARTY-LICENSES.txt",
+      root / "target" / "sbom" / s"libpodsweep-linux-$arch.cdx.json" -> s"META-INF/sbom/libpodsweep-linux-$arch.cdx.json")
+  }
+}
+platformJarX86_64 := platformJar("x86_64").value
+platformJarAarch64 := platformJar("aarch64").value
+addArtifact(Def.setting(Artifact(name.value, "jar", "jar", "linux-x86_64")), platformJarX86_64)
+addArtifact(Def.setting(Artifact(name.value, "jar", "jar", "linux-aarch64")), platformJarAarch64)
+Seq("x86_64" -> "linux-x86_64", "aarch64" -> "linux-aarch64").map { case (arch, classifier) =>
+  packagedArtifacts += Artifact(name.value, "cyclonedx", "json", s"$classifier-cyclonedx") ->
+    platformInputs.value(arch).collectFirst { case (f, path) if path.startsWith("META-INF/sbom/") => f }.get
+}
+
+// The pom: Apache-2.0, and no test-scoped dependencies (provided ones stay: the server supplies
+// slf4j-api, metrics-core and kubernetes-client-api; the jars need nothing else).
+description := "Coordinated cleanup of terminated Spark driver pods for Apache Kyuubi (JNI binding of libpodsweep.so)"
+licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0.txt"))
+organizationName := "The podsweep contributors"
+pomPostProcess := { (node: scala.xml.Node) =>
+  new scala.xml.transform.RuleTransformer(new scala.xml.transform.RewriteRule {
+    override def transform(n: scala.xml.Node): Seq[scala.xml.Node] = n match {
+      case e: scala.xml.Elem if e.label == "dependency" && (e \ "scope").text == "test" => Seq.empty
+      case other => other
+    }
+  }).transform(node).head
+}
+
+// The jars' own SBOM (sbt-sbom, project/plugins.sbt): CycloneDX JSON, published with classifier
+// cyclonedx.
+bomFormat := "json"
+
+// publishM2 installs like `mvn install`: a rebuild of the same version replaces the previous one.
+publishM2Configuration := publishM2Configuration.value.withOverwrite(true)
+
+stageRelease := {
+  val out = repoRoot.value / "target" / "release"
+  IO.delete(out)
+  packagedArtifacts.value.toSeq.map { case (a, f) =>
+    val dst = out / s"${a.name}-${version.value}${a.classifier.fold("")("-" + _)}.${a.extension}"
+    IO.copyFile(f, dst)
+    dst
+  }.sortBy(_.getName)
+}

@@ -25,6 +25,7 @@
 //! 9. A leader that completes no DELETE for `ha.stepDownAfter` while DELETEs are due steps down.
 //! 10. A failed scope task is restarted with its records and reported unhealthy.
 
+pub mod build_info;
 pub mod clock;
 pub mod config;
 pub mod deleter;

@@ -223,6 +223,18 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_close<'l>(
     })
 }
 
+/// `podsweep-build-info version=<v> commit=<c>` ([`crate::build_info::LINE`]); the JVM side checks
+/// it against the jar before any other call.
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_buildInfo<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+) -> jstring {
+    run(&mut env, std::ptr::null_mut(), |env| {
+        Ok(env.new_string(crate::build_info::LINE)?.into_raw())
+    })
+}
+
 /// Panics on purpose, so the JVM suites can check the panic policy. Only in builds with the
 /// `jni-test-hooks` feature: the shipped library does not export it.
 #[cfg(feature = "jni-test-hooks")]

@@ -43,6 +43,12 @@ final class NativeBridge {
   static native void close(long handle);
 
   /**
+   * {@code podsweep-build-info version=<version> commit=<commit>}: what the library was built from
+   * (see {@link BuildInfo}). Needs no handle.
+   */
+  static native String buildInfo();
+
+  /**
    * Panics inside native code; the panic must surface as {@link PodsweepException}. Only libraries
    * built with the {@code jni-test-hooks} cargo feature have it (the shipped one does not): elsewhere
    * it throws {@link UnsatisfiedLinkError}.

@@ -29,6 +29,11 @@ import java.util.Set;
  * </ol>
  *
  * If every attempt fails, an {@link UnsatisfiedLinkError} lists each attempt and its error.
+ *
+ * <p>The platform jars ({@code podsweep-<version>-linux-x86_64.jar}, {@code
+ * podsweep-<version>-linux-aarch64.jar}) ship the resource for their architecture; {@code os.arch}
+ * {@code amd64}/{@code x86_64} picks {@code x86_64}, {@code aarch64}/{@code arm64} picks {@code
+ * aarch64}, and any other architecture is reported as unsupported.
  */
 public final class NativeLoader {
   /** System property naming an absolute path to a libpodsweep.so to try first. */
@@ -36,29 +41,64 @@ public final class NativeLoader {
 
   static final String LIBRARY = "podsweep";
 
+  /** The platforms with a platform jar (Maven classifiers). */
+  static final String SUPPORTED = "linux-x86_64 and linux-aarch64";
+
   private static final Object LOCK = new Object();
   private static volatile String loadedFrom;
+  // Set when the loaded library belongs to another build; every later load() throws it again.
+  private static volatile String mismatch;
 
   private NativeLoader() {}
 
   /**
-   * Loads the library if this class loader has not loaded it yet.
+   * Loads the library if this class loader has not loaded it yet, then checks that it comes from
+   * the same build as this jar ({@link BuildInfo}) and logs both, once, at INFO on the logger
+   * {@code org.podsweep.NativeLoader}.
    *
    * @throws UnsatisfiedLinkError if no attempt works; the message lists every attempt
+   * @throws PodsweepException if the loaded library's version or commit differs from the jar's
+   *     (a library cannot be unloaded, so every later call throws it again)
    */
   public static void load() {
-    if (loadedFrom != null) {
-      return;
-    }
-    synchronized (LOCK) {
-      if (loadedFrom == null) {
-        loadedFrom =
-            load(
-                System.getProperty(PATH_PROPERTY),
-                LIBRARY,
-                resourcePath(System.getProperty("os.name"), System.getProperty("os.arch")));
+    if (loadedFrom == null) {
+      synchronized (LOCK) {
+        if (loadedFrom == null) {
+          String from =
+              load(
+                  System.getProperty(PATH_PROPERTY),
+                  LIBRARY,
+                  resourcePath(System.getProperty("os.name"), System.getProperty("os.arch")));
+          try {
+            mismatch = verify(from);
+          } catch (PodsweepException e) {
+            mismatch = e.getMessage();
+          }
+          loadedFrom = from;
+        }
       }
     }
+    String m = mismatch;
+    if (m != null) {
+      throw new PodsweepException(m);
+    }
+  }
+
+  /** Compares the library with the jar; logs the build once when they match. */
+  private static String verify(String from) {
+    BuildInfo jar = BuildInfo.jar();
+    BuildInfo library = BuildInfo.library();
+    String m = BuildInfo.mismatch(jar, library, from);
+    if (m == null) {
+      NativeLog.logJava(
+          NativeLog.INFO,
+          NativeLoader.class.getName(),
+          "podsweep " + jar + ", native library " + library.version() + " (commit "
+              + library.commit() + ") loaded from " + from);
+    } else {
+      NativeLog.logJava(NativeLog.ERROR, NativeLoader.class.getName(), m);
+    }
+    return m;
   }
 
   /** Where the library was loaded from, or {@code null} if it is not loaded yet. */
@@ -94,7 +134,8 @@ public final class NativeLoader {
     }
     if (resource == null) {
       failures.add("jar resource: unsupported platform os.name=" + System.getProperty("os.name")
-          + " os.arch=" + System.getProperty("os.arch"));
+          + " os.arch=" + System.getProperty("os.arch") + " (podsweep ships " + SUPPORTED
+          + "; os.arch amd64/x86_64 or aarch64/arm64 on Linux)");
     } else {
       try {
         Path extracted = extract(resource, System.mapLibraryName(libraryName));

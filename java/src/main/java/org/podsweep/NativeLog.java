@@ -68,6 +68,15 @@ public final class NativeLog {
     }
   }
 
+  /** A record of the Java side (e.g. the build check at load) to the logger {@code name}. */
+  static void logJava(int level, String name, String message) {
+    try {
+      sink(name).log(Math.max(ERROR, Math.min(TRACE, level)), message == null ? "" : message);
+    } catch (Throwable ignored) {
+      // Logging must never break loading.
+    }
+  }
+
   /**
    * Called by the native library (on its log thread, at start and every few seconds): the most
    * verbose level the logger of {@code target} has enabled, 0 when it is off. The native side

@@ -47,6 +47,10 @@ public final class PodSweeper implements AutoCloseable {
    *     {@code kyuubi.kubernetes.*} and {@code kyuubi.ha.*} ones with Kyuubi's defaults)
    * @param serverId this server's identity in elections, e.g. its {@code host:port}
    * @throws IllegalArgumentException if an argument is null or a configuration value is invalid
+   * @throws PodsweepException if the loaded native library comes from another build (version or
+   *     git commit) than this jar; see {@link BuildInfo}
+   * @throws UnsatisfiedLinkError if the native library cannot be loaded; the message lists every
+   *     attempt (see {@link NativeLoader})
    */
   public static PodSweeper create(Map<String, String> kyuubiConf, String serverId) {
     if (kyuubiConf == null) {
