@@ -259,6 +259,38 @@ impl Tracker {
             .collect()
     }
 
+    /// Self-watch mode, the watch stopped: drops every record and every spared or running UID
+    /// (nobody keeps them fresh now); tombstones stay. Returns the dropped records.
+    pub fn drop_unwatched(&mut self) -> Vec<(Arc<str>, Record)> {
+        self.spared.clear();
+        self.running.clear();
+        self.counts = [0; 4];
+        self.records.drain().collect()
+    }
+
+    /// Self-watch mode, a fresh list ended: every tracked UID absent from `listed` belongs to a
+    /// pod that is gone, so it is tombstoned and its record (if any) returned.
+    pub fn retain_listed(
+        &mut self,
+        listed: &HashSet<Arc<str>>,
+        now: Instant,
+    ) -> Vec<(Arc<str>, Record)> {
+        self.spared.retain(|u| listed.contains(u));
+        self.running.retain(|u, _| listed.contains(u));
+        let gone: Vec<Arc<str>> = self
+            .records
+            .keys()
+            .filter(|u| !listed.contains(*u))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|u| {
+                self.tombstone(u.clone(), now);
+                self.remove(&u).map(|r| (u, r))
+            })
+            .collect()
+    }
+
     fn tombstone(&mut self, uid: Arc<str>, now: Instant) {
         if self.tombstones.insert(uid.clone(), now).is_none() {
             self.tombstone_order.push_back((now, uid));
