@@ -56,7 +56,11 @@ fn every_case_of_the_shared_table_matches() {
                 let got = kyuubi_state::application_state(&pod, &cfg, kind == EventKind::Delete);
                 assert_eq!(got.as_str(), want, "{name}: state {key}{suffix}");
                 let obs = kyuubi_state::observation(&pod, &cfg, kind).expect("name and uid");
-                assert_eq!(obs.state.as_str(), want, "{name}: observed state {key}{suffix}");
+                assert_eq!(
+                    obs.state.as_str(),
+                    want,
+                    "{name}: observed state {key}{suffix}"
+                );
                 checked += 1;
             }
             let want = case["terminatedAt"][key].as_str();
@@ -108,6 +112,9 @@ fn a_deletion_timestamp_and_missing_labels_are_read() {
     assert!(!obs.has_app_selector);
     assert!(!obs.is_kyuubi_driver());
     assert!(obs.is_cleaned());
-    let nameless: Pod = serde_json::from_value(serde_json::json!({"metadata": {"uid": "u"}})).unwrap();
-    assert!(kyuubi_state::observation(&nameless, &StateConfig::default(), EventKind::Add).is_none());
+    let nameless: Pod =
+        serde_json::from_value(serde_json::json!({"metadata": {"uid": "u"}})).unwrap();
+    assert!(
+        kyuubi_state::observation(&nameless, &StateConfig::default(), EventKind::Add).is_none()
+    );
 }
