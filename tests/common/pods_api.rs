@@ -151,6 +151,16 @@ impl PodsApi {
         st.watchers.len()
     }
 
+    /// Watch streams open now whose label selector is exactly `selector`.
+    pub fn open_watches_for(&self, selector: &str) -> usize {
+        let mut st = self.shared.store.lock().unwrap();
+        st.watchers.retain(|w| !w.tx.is_closed());
+        st.watchers
+            .iter()
+            .filter(|w| w.selector == selector)
+            .count()
+    }
+
     pub fn watch_requests(&self) -> u64 {
         self.shared.watches.load(Ordering::SeqCst)
     }
