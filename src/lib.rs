@@ -27,6 +27,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod daemon;
 pub mod deleter;
 pub mod election;
 pub mod engine;

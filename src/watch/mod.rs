@@ -69,6 +69,10 @@ pub struct WatchMetrics {
     pub errors: AtomicU64,
     /// Pod events received.
     pub events: AtomicU64,
+    /// Epoch milliseconds of the first error since the watch last worked; 0 when it works.
+    failing_since_ms: AtomicU64,
+    /// The last error's text.
+    last_error: std::sync::Mutex<String>,
 }
 
 impl WatchMetrics {
@@ -78,6 +82,36 @@ impl WatchMetrics {
         v["watch_streams"] = self.streams.load(Relaxed).into();
         v["watch_errors"] = self.errors.load(Relaxed).into();
         v["watch_events"] = self.events.load(Relaxed).into();
+        let since = self.failing_since_ms.load(Relaxed);
+        v["watch_failing_ms"] = match since {
+            0 => 0,
+            t => crate::metrics::epoch_ms().saturating_sub(t),
+        }
+        .into();
+        v["watch_last_error"] = match since {
+            0 => serde_json::Value::Null,
+            _ => self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .into(),
+        };
+    }
+
+    fn failed(&self, error: String) {
+        self.errors.fetch_add(1, Relaxed);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+        let _ = self.failing_since_ms.compare_exchange(
+            0,
+            crate::metrics::epoch_ms().max(1),
+            Relaxed,
+            Relaxed,
+        );
+    }
+
+    fn working(&self) {
+        self.failing_since_ms.store(0, Relaxed);
     }
 }
 
@@ -160,6 +194,7 @@ async fn run(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: CancellationT
             Gone = watch_pods(&t, &metrics) => Err(Gone),
         };
         metrics.watching.store(false, Relaxed);
+        metrics.working();
         let sent = t.tx.send(Command::Unwatched);
         match why {
             Ok(reason) if sent.is_ok() => {
@@ -190,7 +225,7 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
         match (t.source)(t.scope.clone()).await {
             Ok(c) => break c,
             Err(e) => {
-                metrics.errors.fetch_add(1, Relaxed);
+                metrics.failed(format!("cannot build the Kubernetes client: {e}"));
                 warn!(
                     scope = %t.scope,
                     "Cannot build the Kubernetes client to watch scope {}: {e}; retrying in {wait:?}",
@@ -207,6 +242,7 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
         .timeout(WATCH_TIMEOUT_SECS);
     let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
     metrics.watching.store(true, Relaxed);
+    metrics.working();
     let mut listed: Option<HashSet<Uid>> = None;
     let mut last_error: Option<String> = None;
     while let Some(event) = stream.next().await {
@@ -219,6 +255,7 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
             }
             Ok(Event::InitApply(pod)) => forward(t, metrics, &pod, EventKind::Add, listed.as_mut()),
             Ok(Event::InitDone) => {
+                metrics.working();
                 if last_error.take().is_some() {
                     info!(scope = %t.scope, "Watching the driver pods of scope {} again", t.scope);
                 }
@@ -228,7 +265,7 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
             Ok(Event::Apply(pod)) => forward(t, metrics, &pod, EventKind::Update, None),
             Ok(Event::Delete(pod)) => forward(t, metrics, &pod, EventKind::Delete, None),
             Err(e) => {
-                metrics.errors.fetch_add(1, Relaxed);
+                metrics.failed(e.to_string());
                 note_error(t, &e, &mut last_error);
                 Ok(())
             }
@@ -250,6 +287,9 @@ fn forward(
     listed: Option<&mut HashSet<Uid>>,
 ) -> Result<(), Gone> {
     metrics.events.fetch_add(1, Relaxed);
+    if kind != EventKind::Add {
+        metrics.working();
+    }
     let Some(obs) = kyuubi_state::observation(pod, &t.state, kind) else {
         return Ok(());
     };
