@@ -70,6 +70,9 @@ pub fn run(args: Args) -> u8 {
         Ok(s) => s,
         Err(e) => return config_error(&e.to_string()),
     };
+    if let Err(e) = crate::kube_client::validate(&settings.raw) {
+        return config_error(&e.to_string());
+    }
     if settings.kind == CleanupKind::None {
         return config_error(&format!(
             "{}: NONE (or unset, and {} is NONE): the daemon would delete nothing; set it to ALL \
