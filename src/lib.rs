@@ -24,6 +24,8 @@
 //! 8. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
 //! 9. A leader that completes no DELETE for `ha.stepDownAfter` while DELETEs are due steps down.
 //! 10. A failed scope task is restarted with its records and reported unhealthy.
+//! 11. Self-watch mode ([`watch`]): only a scope's leader watches its pods; a fresh list cancels
+//!     tracked pods absent from it, and a scope drops its records when its watch stops.
 
 pub mod clock;
 pub mod config;
