@@ -1,7 +1,8 @@
 //! podsweep: coordinated cleanup of terminated Spark driver pods for Apache Kyuubi.
 //!
-//! Every Kyuubi server keeps its Pod informer and feeds pod events to podsweep; one cleanup leader
-//! per `(context, namespace)`, elected through Kyuubi's HA backend, sends the DELETEs.
+//! Every Kyuubi server keeps its Pod informer and feeds pod events to podsweep (or, in self-watch
+//! mode, the leader of a scope watches its pods itself); one cleanup leader per
+//! `(context, namespace)`, elected through Kyuubi's HA backend, sends the DELETEs.
 //!
 //! # Safety model
 //! 1. A DELETE is sent only by the current, unpaused leader of the scope whose lease deadline has
