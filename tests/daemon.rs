@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::pods_api::{driver_pod, PodsApi};
+use common::pods_api::{driver_pod, wait_for, PodsApi};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, timeout};
 
 const NS: &str = "spark";
 const BIN: &str = env!("CARGO_BIN_EXE_podsweep");
+const LONG: Duration = Duration::from_secs(30);
 
 struct Daemon {
     child: Child,
@@ -91,14 +92,6 @@ async fn signal(d: &mut Daemon, sig: &str) -> i32 {
     status.code().unwrap_or(-1)
 }
 
-async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "{what}");
-        sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn conf_file(api: &PodsApi) -> String {
     format!(
         "# Kyuubi's file, as an operator of stock Kyuubi writes it\n\
@@ -118,7 +111,7 @@ async fn serves_health_metrics_and_status_and_exits_0_on_sigterm() {
     api.create(NS, driver_pod("done-2", Some(3600)));
     api.create(NS, driver_pod("running", None));
     let mut d = start(&conf_file(&api), &[]).await;
-    wait_for("overdue pods deleted", || {
+    wait_for("overdue pods deleted", LONG, || {
         !api.exists(NS, "done-1") && !api.exists(NS, "done-2")
     })
     .await;
@@ -162,7 +155,7 @@ async fn serves_health_metrics_and_status_and_exits_0_on_sigterm() {
     assert!(log.contains("SIGTERM received"), "{log}");
     assert!(api.exists(NS, "running"));
     assert_eq!(api.deletes().len(), 2, "nothing deleted on close");
-    wait_for("the watch is closed", || api.open_watches() == 0).await;
+    wait_for("the watch is closed", LONG, || api.open_watches() == 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,7 +223,7 @@ async fn overrides_apply_and_a_bad_configuration_exits_2_naming_the_key() {
     api.create(NS, failed);
     api.create(NS, driver_pod("done", Some(3600)));
     let mut d = start(&conf_file(&api), &["--conf", &format!("{kind}=COMPLETED")]).await;
-    wait_for("done deleted", || !api.exists(NS, "done")).await;
+    wait_for("done deleted", LONG, || !api.exists(NS, "done")).await;
     sleep(Duration::from_secs(2)).await;
     assert!(api.exists(NS, "failed"));
     assert_eq!(signal(&mut d, "-TERM").await, 0);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::etcd::EtcdServer;
-use common::pods_api::{driver_pod, PodsApi};
+use common::pods_api::{driver_pod, wait_for, PodsApi};
 use common::zk::ZkServer;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -23,7 +23,7 @@ use podsweep::kyuubi_state::{self, StateConfig};
 use podsweep::model::EventKind;
 use podsweep::scope::Scope;
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, Instant};
+use tokio::time::sleep;
 
 const NS: &str = "spark";
 /// The informer's selector, told apart from podsweep's own (`kyuubi-unique-tag`).
@@ -83,14 +83,6 @@ fn informer(api: &PodsApi, engine: Arc<Engine>) -> JoinHandle<()> {
 
 fn status(e: &Engine) -> serde_json::Value {
     serde_json::from_str(&e.status_json(&scope())).unwrap()
-}
-
-async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < within, "{what}: not within {within:?}");
-        sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn leads(e: &Engine) -> bool {

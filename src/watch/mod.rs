@@ -11,16 +11,23 @@
 //!   cancelled and tombstoned without a DELETE (they are gone). When the watch stops, the scope
 //!   task drops its records (`crate::sweeper` module `watched`): a follower keeps nothing that a
 //!   later term could delete without a fresh list.
-//! * Stream errors, expiries (410) and API server restarts are recovered by kube-rs's watcher
-//!   (a watch resumed from the last resourceVersion, or a relist), with kube-rs's default
-//!   backoff (0.8 s doubling to 30 s, with jitter) between failed attempts: no tight loop.
-//!   Building the Kubernetes client is retried from 1 s doubling to 1 min.
+//! * Any error of the watch (a failed list or watch, an expiry, a broken stream, an API server
+//!   that went away) may have lost events: the scope drops its records as when the watch stops,
+//!   and a fresh list arms them again, after a backoff (0.8 s doubling to 30 s, jittered, reset
+//!   after a minute of watching; none after an expiry, unless the last one was less than a minute
+//!   ago): no tight loop, and no DELETE on facts a
+//!   missed event may have made stale. A stream the server ends cleanly (its timeout) is resumed
+//!   from its last resourceVersion. Building the Kubernetes client is retried from 1 s doubling
+//!   to 1 min.
 //! * The pods are observed through Kyuubi 1.12.0's state mapping ([`crate::kyuubi_state`]).
 //!
 //! # Caveats
 //! * `watch_streams` in the scope status counts lists started (each leadership term's first
-//!   list, every relist, and every retry of a failed list); a watch resumed from the last
-//!   resourceVersion after its stream ended is the same stream and is not counted.
+//!   list and every list after an error); a watch resumed from the last resourceVersion after its
+//!   stream ended cleanly is the same stream and is not counted. `watching` stays true while the
+//!   leader keeps (re)starting its watch; `watch_failing_ms` says whether it works.
+//! * A pod that carries no termination time is dated by its first observation, so a relist
+//!   restarts its clock.
 
 mod scopes;
 
@@ -35,7 +42,6 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::Api;
 use tokio::sync::{mpsc, watch as status_watch};
 use tokio::task::JoinHandle;
@@ -57,6 +63,11 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 /// First wait after a failed client build; doubles up to [`CLIENT_RETRY_MAX`].
 const CLIENT_RETRY_BASE: Duration = Duration::from_secs(1);
 const CLIENT_RETRY_MAX: Duration = Duration::from_secs(60);
+/// First wait after a failed watch; doubles up to [`RETRY_MAX`], back to the base after a watch
+/// that lasted [`RETRY_RESET_AFTER`].
+const RETRY_BASE: Duration = Duration::from_millis(800);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+const RETRY_RESET_AFTER: Duration = Duration::from_secs(60);
 
 /// A scope's watch counters, for its status.
 #[derive(Debug, Default)]
@@ -220,10 +231,57 @@ async fn not_leading(status: &mut status_watch::Receiver<Status>) -> Result<Stri
 
 /// Watches the scope's pods until the scope task goes away (never returns otherwise).
 async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
+    let (client, ns) = match build_client(t, metrics).await {
+        Ok(c) => c,
+        Err(gone) => return gone,
+    };
+    let api: Api<Pod> = Api::namespaced(client, &ns);
+    metrics.watching.store(true, Relaxed);
+    metrics.working();
+    let mut wait = RETRY_BASE;
+    let mut last_error: Option<String> = None;
+    let mut last_expiry: Option<tokio::time::Instant> = None;
+    loop {
+        let started = tokio::time::Instant::now();
+        let error = match stream_once(t, metrics, &api, &ns, &mut last_error).await {
+            Ok(e) => e,
+            Err(gone) => return gone,
+        };
+        metrics.failed(error.to_string());
+        let expired = note_error(t, &error, &mut last_error);
+        // Events may have been missed: what the watch told is dropped, and the next list arms
+        // it again from the pods themselves.
+        if t.tx.send(Command::Unwatched).is_err() {
+            return Gone;
+        }
+        if started.elapsed() >= RETRY_RESET_AFTER {
+            wait = RETRY_BASE;
+        }
+        // An expiry relists at once, unless the last one was recent (a server that keeps
+        // answering 410 must not make a tight loop).
+        let now = tokio::time::Instant::now();
+        let at_once =
+            expired && last_expiry.is_none_or(|t| now.duration_since(t) >= RETRY_RESET_AFTER);
+        if expired {
+            last_expiry = Some(now);
+        }
+        if !at_once {
+            // Jitter (0.5x to 1x) keeps a fleet's scopes from retrying in step.
+            tokio::time::sleep(wait.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
+            wait = (wait * 2).min(RETRY_MAX);
+        }
+    }
+}
+
+/// Builds the scope's client, retrying with backoff.
+async fn build_client(
+    t: &WatchTask,
+    metrics: &WatchMetrics,
+) -> Result<(kube::Client, String), Gone> {
     let mut wait = CLIENT_RETRY_BASE;
-    let (client, ns) = loop {
+    loop {
         match (t.source)(t.scope.clone()).await {
-            Ok(c) => break c,
+            Ok(c) => return Ok(c),
             Err(e) => {
                 metrics.failed(format!("cannot build the Kubernetes client: {e}"));
                 warn!(
@@ -231,51 +289,58 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
                     "Cannot build the Kubernetes client to watch scope {}: {e}; retrying in {wait:?}",
                     t.scope
                 );
+                if t.tx.is_closed() {
+                    return Err(Gone);
+                }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(CLIENT_RETRY_MAX);
             }
         }
-    };
-    let api: Api<Pod> = Api::namespaced(client, &ns);
+    }
+}
+
+/// One kube-rs watcher, from its list until its first error (returned). A stream that ends
+/// cleanly (the server's timeout) is resumed by kube-rs from its last resourceVersion.
+async fn stream_once(
+    t: &WatchTask,
+    metrics: &WatchMetrics,
+    api: &Api<Pod>,
+    ns: &str,
+    last_error: &mut Option<String>,
+) -> Result<watcher::Error, Gone> {
     let cfg = watcher::Config::default()
         .labels(UNIQUE_TAG_LABEL)
         .timeout(WATCH_TIMEOUT_SECS);
-    let mut stream = std::pin::pin!(watcher::watcher(api, cfg).default_backoff());
-    metrics.watching.store(true, Relaxed);
-    metrics.working();
+    let mut stream = std::pin::pin!(watcher::watcher(api.clone(), cfg));
     let mut listed: Option<HashSet<Uid>> = None;
-    let mut last_error: Option<String> = None;
-    while let Some(event) = stream.next().await {
-        let sent = match event {
+    loop {
+        let Some(event) = stream.next().await else {
+            // kube-rs's watcher never ends; if it did, start again.
+            return Ok(watcher::Error::NoResourceVersion);
+        };
+        match event {
             Ok(Event::Init) => {
                 metrics.streams.fetch_add(1, Relaxed);
                 listed = Some(HashSet::new());
                 debug!(scope = %t.scope, "Listing the driver pods of namespace {ns}");
-                Ok(())
             }
-            Ok(Event::InitApply(pod)) => forward(t, metrics, &pod, EventKind::Add, listed.as_mut()),
+            Ok(Event::InitApply(pod)) => {
+                forward(t, metrics, &pod, EventKind::Add, listed.as_mut())?;
+            }
             Ok(Event::InitDone) => {
                 metrics.working();
                 if last_error.take().is_some() {
                     info!(scope = %t.scope, "Watching the driver pods of scope {} again", t.scope);
                 }
                 let uids = listed.take().unwrap_or_default();
-                t.tx.send(Command::Listed(Box::new(uids))).map_err(|_| Gone)
+                t.tx.send(Command::Listed(Box::new(uids)))
+                    .map_err(|_| Gone)?;
             }
-            Ok(Event::Apply(pod)) => forward(t, metrics, &pod, EventKind::Update, None),
-            Ok(Event::Delete(pod)) => forward(t, metrics, &pod, EventKind::Delete, None),
-            Err(e) => {
-                metrics.failed(e.to_string());
-                note_error(t, &e, &mut last_error);
-                Ok(())
-            }
-        };
-        if let Err(gone) = sent {
-            return gone;
+            Ok(Event::Apply(pod)) => forward(t, metrics, &pod, EventKind::Update, None)?,
+            Ok(Event::Delete(pod)) => forward(t, metrics, &pod, EventKind::Delete, None)?,
+            Err(e) => return Ok(e),
         }
     }
-    // kube-rs's watcher never ends; if it did, the scope task decides what comes next.
-    std::future::pending().await
 }
 
 /// Passes one pod event on as an observation (driver pods only); during a list, notes its UID.
@@ -303,15 +368,15 @@ fn forward(
 }
 
 /// An expiry is routine (INFO); another error is a WARN when it differs from the last one, else
-/// DEBUG (kube-rs's backoff spaces the retries).
-fn note_error(t: &WatchTask, e: &watcher::Error, last: &mut Option<String>) {
+/// DEBUG (the backoff spaces the retries). True for an expiry (410 Gone).
+fn note_error(t: &WatchTask, e: &watcher::Error, last: &mut Option<String>) -> bool {
     if let watcher::Error::WatchError(status) = e {
         if status.code == 410 {
             info!(
                 scope = %t.scope,
                 "The pod watch of scope {} expired (410 Gone): listing again", t.scope
             );
-            return;
+            return true;
         }
     }
     let text = e.to_string();
@@ -320,9 +385,10 @@ fn note_error(t: &WatchTask, e: &watcher::Error, last: &mut Option<String>) {
     } else {
         warn!(
             scope = %t.scope,
-            "Pod watch of scope {} failed: {text}; retrying with backoff",
+            "Pod watch of scope {} failed: {text}; its pods are listed again after a backoff",
             t.scope
         );
         *last = Some(text);
     }
+    false
 }

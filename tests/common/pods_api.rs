@@ -179,6 +179,15 @@ impl PodsApi {
     }
 }
 
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `within`.
+pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = tokio::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A Kyuubi Spark driver pod, terminated (`Succeeded`, exit 0) `ended_secs_ago` seconds ago, or
 /// running when `None`.
 pub fn driver_pod(name: &str, ended_secs_ago: Option<u64>) -> Value {
