@@ -1,12 +1,12 @@
 //! Self-watch mode's two messages to a scope task (see `crate::watch`): a fresh list ended, and
-//! the watch stopped.
+//! the watch stopped or failed.
 //!
 //! # Guarantees
 //! * A pod tracked here but absent from a fresh list is gone: its record is cancelled and its UID
 //!   tombstoned, without a DELETE.
-//! * When the watch stops (this server no longer leads), every record is dropped: nobody keeps it
-//!   fresh, so it could otherwise be deleted later on stale facts (another leader may have
-//!   deleted the pod meanwhile). Tombstones stay. The next leader's list arms the pods again from
+//! * When the watch stops (this server no longer leads) or fails (events may be lost), every
+//!   record is dropped: nobody keeps it fresh, so it could otherwise be deleted later on stale
+//!   facts (another leader, or anyone, may have deleted the pod meanwhile). Tombstones stay. The next leader's list arms the pods again from
 //!   their own termination times, so the clock is kept.
 //! * A DELETE still in flight when its record is dropped is let finish and reported; a record
 //!   armed again for that UID meanwhile is not dispatched until it has ended, and is settled by
@@ -50,8 +50,8 @@ impl Sweeper {
         if n > 0 {
             info!(
                 scope = %self.scope,
-                "Stopped watching scope {}: {n} tracked pods are dropped until a leader lists \
-                 them again",
+                "The pod watch of scope {} stopped or failed: {n} tracked pods are dropped until \
+                 the next list",
                 self.scope
             );
         }
