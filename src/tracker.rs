@@ -556,4 +556,56 @@ mod tests {
         assert!(!t.is_tombstoned("u"));
         assert_eq!(t.tombstone_count(), 0);
     }
+
+    #[test]
+    fn self_watch_drops_and_relists() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        for (uid, state) in [
+            ("a", AppState::Finished),
+            ("b", AppState::Finished),
+            ("r", AppState::Running),
+            ("gone", AppState::Finished),
+        ] {
+            run(
+                &mut t,
+                &obs(EventKind::Update, uid, state),
+                CleanupKind::All,
+                now,
+            );
+        }
+        run(
+            &mut t,
+            &obs(EventKind::Delete, "gone", AppState::Finished),
+            CleanupKind::All,
+            now,
+        );
+        t.set_stage("b", Stage::Due);
+        // A fresh list without "b" and "r": both are gone, "b" tombstoned.
+        let listed: HashSet<Arc<str>> = [Arc::from("a")].into_iter().collect();
+        let gone = t.retain_listed(&listed, now);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(&*gone[0].0, "b");
+        assert!(t.is_tombstoned("b") && t.running_count() == 0);
+        assert_eq!(
+            (t.len(), t.count(Stage::Due), t.count(Stage::Scheduled)),
+            (1, 0, 1)
+        );
+        // The watch stops: every record goes, tombstones stay.
+        let dropped = t.drop_unwatched();
+        assert_eq!(dropped.len(), 1);
+        assert!(t.is_empty() && t.count(Stage::Scheduled) == 0);
+        assert!(t.is_tombstoned("gone") && t.is_tombstoned("b"));
+        // A later list arms "a" again, never "b".
+        let again = |t: &mut Tracker, uid| {
+            run(
+                t,
+                &obs(EventKind::Add, uid, AppState::Finished),
+                CleanupKind::All,
+                now,
+            )
+        };
+        assert_eq!(again(&mut t, "a"), Verdict::Arm);
+        assert_eq!(again(&mut t, "b"), Verdict::Ignore);
+    }
 }

@@ -343,3 +343,39 @@ async fn scopes_come_from_the_init_list_and_the_allow_lists_and_observe_is_refus
     assert!(err.to_string().contains(keys::WATCH_ENABLED), "{err}");
     e.close_async(Duration::from_secs(5)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_listed_again_while_its_delete_is_in_flight_is_not_deleted_twice() {
+    let api = PodsApi::start().await;
+    let (a, sa) = engine(&api, "server-a", "PT2S");
+    api.set_delete_delay(Duration::from_secs(2));
+    lead(&sa).await;
+    wait_for("a watches", LONG, || watching(&a)).await;
+    api.create(NS, driver_pod("slow", Some(3600)));
+    wait_for("its DELETE is in flight", LONG, || {
+        status(&a)["inflight"] == 1
+    })
+    .await;
+    // The watch expires meanwhile: the record is dropped, and the relist arms it again at once
+    // (overdue) while the first DELETE is still waiting for its answer.
+    let before = streams(&a);
+    api.create(
+        NS,
+        serde_json::json!({"metadata": {"name": "not-a-driver"}}),
+    );
+    api.compact();
+    api.drop_watches();
+    wait_for("relisted", LONG, || streams(&a) == before + 1).await;
+    wait_for("deleted", LONG, || !api.exists(NS, "slow")).await;
+    sleep(Duration::from_secs(3)).await;
+    let st = status(&a);
+    println!(
+        "DELETEs {:?}, tracked {}, inflight {}",
+        deletes(&api),
+        st["tracked"],
+        st["inflight"]
+    );
+    assert_eq!(deletes(&api), [("slow".to_owned(), 200)]);
+    assert_eq!(st["tracked"], 0, "settled by the first DELETE");
+    a.close_async(Duration::from_secs(5)).await;
+}

@@ -56,6 +56,8 @@ struct Shared {
     store: Mutex<Store>,
     deletes: Mutex<Vec<DeleteRecord>>,
     down: AtomicBool,
+    /// Milliseconds a DELETE waits before it is served.
+    delete_delay_ms: AtomicU64,
     lists: AtomicU64,
     watches: AtomicU64,
     next_uid: AtomicU64,
@@ -142,6 +144,13 @@ impl PodsApi {
         if down {
             self.drop_watches();
         }
+    }
+
+    /// Every DELETE waits this long before it is served (a slow answer).
+    pub fn set_delete_delay(&self, delay: Duration) {
+        self.shared
+            .delete_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Watch streams open now.
@@ -337,6 +346,10 @@ async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
             }
         }
         (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let delay = s.delete_delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
             let opts: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let uid = opts["preconditions"]["uid"].as_str().map(str::to_owned);
             let mut st = s.store.lock().unwrap();
