@@ -163,6 +163,7 @@ async fn the_leader_watches_and_a_follower_does_not() {
     assert_eq!(streams(&b), 0);
     assert_eq!(sb_["deletes_sent"], 0);
     assert_eq!(api.open_watches(), 1);
+    assert_eq!(api.watch_agents(), [podsweep::kube_client::USER_AGENT]);
     assert_eq!(api.list_requests(), 1, "one list: the leader's");
     assert!(
         api.exists(NS, "running"),

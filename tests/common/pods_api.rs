@@ -36,6 +36,7 @@ pub struct DeleteRecord {
 }
 
 struct Watcher {
+    user_agent: String,
     namespace: String,
     selector: String,
     tx: mpsc::UnboundedSender<Bytes>,
@@ -170,6 +171,13 @@ impl PodsApi {
             .count()
     }
 
+    /// User agents of the watch streams open now.
+    pub fn watch_agents(&self) -> Vec<String> {
+        let mut st = self.shared.store.lock().unwrap();
+        st.watchers.retain(|w| !w.tx.is_closed());
+        st.watchers.iter().map(|w| w.user_agent.clone()).collect()
+    }
+
     pub fn watch_requests(&self) -> u64 {
         self.shared.watches.load(Ordering::SeqCst)
     }
@@ -298,6 +306,12 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
 
 async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().clone();
+    let user_agent = req
+        .headers()
+        .get(hyper::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let path = req.uri().path().to_owned();
     let query: HashMap<String, String> = req
         .uri()
@@ -328,7 +342,7 @@ async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
             let selector = query.get("labelSelector").cloned().unwrap_or_default();
             if query.get("watch").map(String::as_str) == Some("true") {
                 s.watches.fetch_add(1, Ordering::SeqCst);
-                watch(s, ns, &selector, query.get("resourceVersion"))
+                watch(s, ns, &selector, query.get("resourceVersion"), user_agent)
             } else {
                 s.lists.fetch_add(1, Ordering::SeqCst);
                 let st = s.store.lock().unwrap();
@@ -384,7 +398,13 @@ async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-fn watch(s: &Shared, ns: &str, selector: &str, from: Option<&String>) -> Response<Body> {
+fn watch(
+    s: &Shared,
+    ns: &str,
+    selector: &str,
+    from: Option<&String>,
+    user_agent: String,
+) -> Response<Body> {
     let from: u64 = from.and_then(|v| v.parse().ok()).unwrap_or(0);
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     {
@@ -404,6 +424,7 @@ fn watch(s: &Shared, ns: &str, selector: &str, from: Option<&String>) -> Respons
                 }
             }
             st.watchers.push(Watcher {
+                user_agent,
                 namespace: ns.to_owned(),
                 selector: selector.to_owned(),
                 tx,
