@@ -23,8 +23,6 @@ pub const CLIENT_KEY_FILE: &str = "kyuubi.kubernetes.authenticate.clientKeyFile"
 pub const TRUST_CERTS: &str = "kyuubi.kubernetes.trust.certificates";
 
 const PREFIX: &str = "kyuubi.kubernetes";
-/// The User-Agent of every request podsweep sends to the Kubernetes API.
-pub const USER_AGENT: &str = concat!("kube-rs podsweep/", env!("CARGO_PKG_VERSION"));
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 #[derive(Debug, Error)]
@@ -179,11 +177,6 @@ pub async fn build_config(conf: &HashMap<String, String>) -> Result<kube::Config
     }
     // The classifier must see 429/503/504 as they happen; podsweep retries on its own terms.
     cfg.default_retry = false;
-    // kube-rs sends no User-Agent of its own: say who calls (API server audit logs, test servers).
-    cfg.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
     cfg.connect_timeout = Some(Duration::from_secs(10));
     cfg.read_timeout = Some(Duration::from_secs(30));
     Ok(cfg)
@@ -279,10 +272,6 @@ mod tests {
         assert!(cfg.accept_invalid_certs);
         assert!(cfg.auth_info.token.is_some());
         assert!(!cfg.default_retry);
-        assert!(cfg
-            .headers
-            .iter()
-            .any(|(k, v)| k == http::header::USER_AGENT && v == USER_AGENT));
     }
 
     #[test]
