@@ -141,11 +141,13 @@ lazy val root = (project in file("."))
       }
       IO.createDirectory(generated)
     },
-    Test / compile := (Test / compile).dependsOn(jmhClean, LocalProject("kyuubiDriver") / Compile / compile).value,
+    Test / compile := (Test / compile).dependsOn(jmhClean, LocalProject("kyuubiDriver") / Compile / products,
+      LocalProject("kyuubiDropin") / Compile / products).value,
     // Where the Kyuubi child JVMs find their pieces (org.podsweep.testkit.KyuubiHome).
     Test / javaOptions ++= Seq(
       s"-Dpodsweep.kyuubi.cache=$kyuubiCache",
       s"-Dpodsweep.kyuubi.driver=${(LocalProject("kyuubiDriver") / Compile / classDirectory).value}",
+      s"-Dpodsweep.kyuubi.dropin=${(LocalProject("kyuubiDropin") / Compile / classDirectory).value}",
       s"-Dpodsweep.classes=${(Compile / classDirectory).value}",
       s"-Dpodsweep.native.lib=${nativeLibrary.value}",
       s"-Dpodsweep.repo=${repoRoot.value}"),
@@ -172,4 +174,30 @@ lazy val kyuubiDriver = (project in file("kyuubi/driver"))
       if (kyuubiAvailable) (Compile / unmanagedSourceDirectories).value else Nil
     },
     publish / skip := true
+  )
+
+// The drop-in for stock Kyuubi 1.12.0: an ApplicationOperation provider (META-INF/services) that
+// runs podsweep in self-watch mode. Compiled against Kyuubi's own jars; shipped as
+// podsweep-kyuubi-dropin-<version>.jar next to the podsweep platform jar in $KYUUBI_HOME/jars.
+lazy val kyuubiDropin = (project in file("kyuubi/dropin"))
+  .dependsOn(root)
+  .settings(
+    name := "podsweep-kyuubi-dropin",
+    organization := "org.podsweep",
+    version := (root / version).value,
+    scalaVersion := "2.12.19",
+    crossPaths := false,
+    autoScalaLibrary := false, // Kyuubi's jars/ has scala-library 2.12.19
+    scalacOptions ++= Seq("-release", "8", "-deprecation", "-feature", "-unchecked"),
+    Compile / unmanagedJars := {
+      if (kyuubiAvailable) ((kyuubiCache / "kyuubi-server.jar") +: kyuubiRuntime).map(Attributed.blank)
+      else Nil
+    },
+    Compile / unmanagedSourceDirectories := {
+      if (kyuubiAvailable) (Compile / unmanagedSourceDirectories).value else Nil
+    },
+    Compile / unmanagedResourceDirectories := {
+      if (kyuubiAvailable) (Compile / unmanagedResourceDirectories).value else Nil
+    },
+    Compile / packageBin / artifactPath := target.value / s"podsweep-kyuubi-dropin-${version.value}.jar"
   )

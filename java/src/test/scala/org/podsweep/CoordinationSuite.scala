@@ -16,12 +16,20 @@ class CoordinationZooKeeperSuite extends CoordinationSuite("zookeeper")
 class CoordinationEtcdSuite extends CoordinationSuite("etcd")
 
 /**
- * Several logical Kyuubi servers, each with its informer and its own PodSweeper, against one mock
- * API server and one HA service (`backend`: zookeeper or etcd): who deletes, how often, and after
- * which events.
+ * The ZooKeeper scenarios on [[org.podsweep.testkit.PodsApi]], which deletes as a real API server
+ * does (a Terminating pod answers a repeated DELETE with 200; finalizers hold a pod), instead of
+ * the fabric8 CRUD mock (chaos scenario `graceful`).
  */
-abstract class CoordinationSuite(backend: String) extends AnyFunSuite with KubeAndHa with Eventually {
+class CoordinationOnPodsApiSuite extends CoordinationSuite("zookeeper", "pods-api")
+
+/**
+ * Several logical Kyuubi servers, each with its informer and its own PodSweeper, against one API
+ * server (`api`: the fabric8 mock or PodsApi) and one HA service (`backend`: zookeeper or etcd):
+ * who deletes, how often, and after which events.
+ */
+abstract class CoordinationSuite(backend: String, api: String = "mock") extends AnyFunSuite with KubeAndHa with Eventually {
   override def haBackendName: String = backend
+  override def apiName: String = api
 
   implicit override val patienceConfig: PatienceConfig = PatienceConfig(60.seconds, 100.millis)
 

@@ -11,7 +11,7 @@ import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
 import io.fabric8.kubernetes.client.informers.{ResourceEventHandler, SharedIndexInformer}
 import org.podsweep.PodEvent
-import org.podsweep.testkit.{KyuubiPods, MockKube}
+import org.podsweep.testkit.{KyuubiPods, TestApi}
 
 /**
  * Today's Kyuubi cleanup path, modelled from the reference notes (KubernetesApplicationOperation,
@@ -43,7 +43,7 @@ final class BaselineKyuubiServer(
    * of step (with every server ticking at once, each one's DELETE would go out before any DELETE
    * event arrived, and every server would re-arm: 2N requests per pod instead of N+1).
    */
-  def this(name: String, kube: MockKube, retainMillis: Long, checkIntervalMillis: Long, kind: String = "ALL",
+  def this(name: String, kube: TestApi, retainMillis: Long, checkIntervalMillis: Long, kind: String = "ALL",
       startOffsetMillis: Long = 0L) =
     this(name, (token: String) => kube.client(token), retainMillis, checkIntervalMillis, kind, startOffsetMillis)
 

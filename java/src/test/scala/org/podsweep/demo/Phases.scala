@@ -7,13 +7,14 @@ import scala.collection.JavaConverters._
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, MockKube, Recorded}
+import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, Recorded, TestApi}
 
 /**
  * The workload, the two phases and the judge shared by the demo, the `deletes_per_pod` bench and
  * the Kyuubi fleet suite: phase 1 runs today's Kyuubi cleanup on N servers, phase 2 runs N podsweep
  * servers with one leader per scope. Each phase uses its own namespaces (`<prefix>baseline-<i>`,
- * `<prefix>podsweep-<i>`), so one MockKube and one HA service can serve many phases.
+ * `<prefix>podsweep-<i>`), so one API server ([[TestApi]]: the fabric8 mock or [[org.podsweep.testkit.PodsApi]]) and one HA
+ * service can serve many phases.
  *
  * Which servers run: with Kyuubi 1.12.0 built (scripts/kyuubi), phase 1 is N stock
  * `KubernetesApplicationOperation`s and phase 2 N patched ones, each in its own JVM
@@ -51,7 +52,12 @@ object Phases {
    *                     how long no DELETE may arrive before the phase ends; by default the retain
    *                     period + 2 s (+ 1 s, the check interval, for real Kyuubi)
    * @param realKyuubi   run Kyuubi's own classes when they are built (see [[Phases]])
+   * @param sidecar      drivers are scheduled (`spec.nodeName`) and have a sidecar; a termination ends
+   *                     the driver container only (phase stays Running) and every server reads the state
+   *                     from the driver container (`kyuubi.kubernetes.application.state.source=CONTAINER`),
+   *                     so a real API server deletes them gracefully (Terminating, then gone)
    * @param logDir       where the Kyuubi servers' logs go
+   * @param podPrefix    prefixes every pod name (several workloads in one namespace)
    */
   final case class Spec(
       servers: Int,
@@ -64,12 +70,17 @@ object Phases {
       sweeperConf: Map[String, String] = Map.empty,
       quietMs: Option[Long] = None,
       realKyuubi: Boolean = true,
+      sidecar: Boolean = false,
+      podPrefix: String = "",
       logDir: java.nio.file.Path = java.nio.file.Paths.get("target", "kyuubi-logs"),
       progress: String => Unit = _ => ()) {
     def quiet: Long = quietMs.getOrElse(retainMs + 2000)
     def quietKyuubi: Long = quietMs.getOrElse(retainMs + 3000)
     def namespaces(phase: String): Seq[String] = (0 until scopes).map(i => s"$namespacePrefix$phase-$i")
     def decoys: Int = 4 * scopes
+    /** The state source every server of the run uses. */
+    def stateConf: Map[String, String] =
+      if (sidecar) Map("kyuubi.kubernetes.application.state.source" -> "CONTAINER") else Map.empty
   }
 
   final case class PodRef(namespace: String, name: String)
@@ -136,7 +147,7 @@ object Phases {
     Seq("accepted", "throttled", "server_error", "transport", "forbidden", "already_absent", "replaced", "other")
 
   /** Runs `f` over `items` on a few threads (the mock API server answers one request slowly). */
-  private def parallel[A, B](items: Seq[A], threads: Int = 6)(f: A => B): Seq[B] = {
+  private[podsweep] def parallel[A, B](items: Seq[A], threads: Int = 6)(f: A => B): Seq[B] = {
     val pool = java.util.concurrent.Executors.newFixedThreadPool(threads)
     try {
       val futures = items.map(i => pool.submit(new java.util.concurrent.Callable[B] { override def call(): B = f(i) }))
@@ -148,27 +159,33 @@ object Phases {
   // Workload
 
   /** Creates P running driver pods and the decoys (running drivers; a pod without spark-app-selector). */
-  private def createPods(admin: KubernetesClient, nss: Seq[String], s: Spec): (Seq[(PodRef, Pod)], Seq[(PodRef, Pod)]) = {
+  private[podsweep] def createPods(admin: KubernetesClient, nss: Seq[String], s: Spec): (Seq[(PodRef, Pod)], Seq[(PodRef, Pod)]) = {
     def create(ns: String, pod: Pod): (PodRef, Pod) =
       PodRef(ns, pod.getMetadata.getName) -> admin.pods().inNamespace(ns).resource(pod).create()
-    val drivers = parallel(0 until s.pods)(i => create(nss(i % nss.size), KyuubiPods.driver(f"spark-driver-$i%04d")))
+    val node = if (s.sidecar) Some("node-1") else None
+    def driver(name: String, appSelector: Boolean = true, phase: String = "Running") =
+      KyuubiPods.driver(name, appSelector = appSelector, phase = phase, nodeName = node, sidecar = s.sidecar)
+    val pre = s.podPrefix
+    val drivers = parallel(0 until s.pods)(i => create(nss(i % nss.size), driver(f"${pre}spark-driver-$i%04d")))
     val decoys = parallel(nss.flatMap(ns => Seq(
-      ns -> KyuubiPods.driver("decoy-running-a"),
-      ns -> KyuubiPods.driver("decoy-running-b"),
-      ns -> KyuubiPods.driver("decoy-pending", phase = "Pending"),
-      ns -> KyuubiPods.driver("decoy-no-selector", appSelector = false))))(p => create(p._1, p._2))
+      ns -> driver(s"${pre}decoy-running-a"),
+      ns -> driver(s"${pre}decoy-running-b"),
+      ns -> driver(s"${pre}decoy-pending", phase = "Pending"),
+      ns -> driver(s"${pre}decoy-no-selector", appSelector = false))))(p => create(p._1, p._2))
     (drivers, decoys)
   }
 
-  private def end(admin: KubernetesClient, ref: PodRef, pod: Pod, succeeded: Boolean): Long = {
+  private[podsweep] def end(admin: KubernetesClient, ref: PodRef, pod: Pod, succeeded: Boolean): Long = {
     // Kubernetes reports whole seconds.
     val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
-    admin.pods().inNamespace(ref.namespace).resource(KyuubiPods.terminated(pod, succeeded, at)).updateStatus()
+    val sidecar = Option(pod.getSpec).exists(_.getContainers.asScala.exists(_.getName == KyuubiPods.SidecarContainer))
+    val ended = if (sidecar) KyuubiPods.driverEnded(pod, succeeded, at) else KyuubiPods.terminated(pod, succeeded, at)
+    admin.pods().inNamespace(ref.namespace).resource(ended).updateStatus()
     at.toEpochMilli
   }
 
   /** Terminates the drivers (Succeeded, every third Failed) and the decoys' no-selector pod, now. */
-  private def terminate(
+  private[podsweep] def terminate(
       admin: KubernetesClient,
       drivers: Seq[(PodRef, Pod)],
       decoys: Seq[(PodRef, Pod)],
@@ -176,18 +193,18 @@ object Phases {
     val deadlines = parallel(drivers.zipWithIndex) { case ((ref, pod), i) =>
       ref -> (end(admin, ref, pod, i % 3 != 2) + retainMs)
     }
-    decoys.filter(_._1.name == "decoy-no-selector").foreach { case (ref, pod) => end(admin, ref, pod, succeeded = true) }
+    decoys.filter(_._1.name.endsWith("decoy-no-selector")).foreach { case (ref, pod) => end(admin, ref, pod, succeeded = true) }
     Workload(drivers.map(_._1), decoys.map(_._1), deadlines.toMap)
   }
 
-  private def present(admin: KubernetesClient, nss: Seq[String]): Set[PodRef] =
+  private[podsweep] def present(admin: KubernetesClient, nss: Seq[String]): Set[PodRef] =
     nss.flatMap(ns => admin.pods().inNamespace(ns).list().getItems.asScala.map(p => PodRef(ns, p.getMetadata.getName))).toSet
 
-  private def deletesIn(kube: MockKube, nss: Seq[String]): Seq[Recorded] =
+  private[podsweep] def deletesIn(kube: TestApi, nss: Seq[String]): Seq[Recorded] =
     kube.podDeletes().filter(_.pod.exists(p => nss.contains(p._1)))
 
   /** Waits until `done` holds and then until no DELETE arrived for `quietMs`. */
-  private def settle(kube: MockKube, nss: Seq[String], quietMs: Long)(done: => Boolean): Unit = {
+  private[podsweep] def settle(kube: TestApi, nss: Seq[String], quietMs: Long)(done: => Boolean): Unit = {
     val deadline = System.currentTimeMillis() + DeadlineMs
     while (!done && System.currentTimeMillis() < deadline) Thread.sleep(100)
     var last = deletesIn(kube, nss).size
@@ -199,11 +216,11 @@ object Phases {
     }
   }
 
-  private def judge(
+  private[podsweep] def judge(
       label: String,
       kind: String,
       s: Spec,
-      kube: MockKube,
+      kube: TestApi,
       admin: KubernetesClient,
       nss: Seq[String],
       w: Workload,
@@ -234,7 +251,7 @@ object Phases {
   // ---------------------------------------------------------------------------------------------
   // Phase 1: today's Kyuubi on N servers
 
-  def baseline(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+  def baseline(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val (kind, why) = baselineKind(s)
     if (s.realKyuubi) why.foreach(w => s.progress(s"phase 1 runs the model of Kyuubi's cleanup: $w"))
     if (kind == StockKind) baselineKyuubi(s, kube, admin) else baselineModel(s, kube, admin)
@@ -243,14 +260,14 @@ object Phases {
   /** A WARN or ERROR line of a Kyuubi server's log (pattern `%d %p %c{1}: %m`). */
   private val Loud = "^\\S+ (WARN|ERROR) .*".r
 
-  private def loudLines(servers: Seq[KyuubiServer]): Int =
+  private[podsweep] def loudLines(servers: Seq[KyuubiServer]): Int =
     servers.map(_.log.count(l => Loud.pattern.matcher(l).matches())).sum
 
   /** N Kyuubi servers of `kind` on the namespaces, started one after the other, as a fleet is. */
-  private def startKyuubi(
+  private[podsweep] def startKyuubi(
       s: Spec,
       kind: KyuubiHome.Kind,
-      kube: MockKube,
+      kube: TestApi,
       phase: String,
       nss: Seq[String],
       extra: Map[String, String]): Seq[KyuubiServer] = {
@@ -259,7 +276,7 @@ object Phases {
     try {
       (1 to s.servers).foreach { i =>
         val name = s"server-$i"
-        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, nss, s.retainMs) ++ extra, dir)
+        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, nss, s.retainMs) ++ s.stateConf ++ extra, dir)
       }
       s.progress(s"${s.servers} ${kind.label} servers started (logs in $dir)")
       started.toVector
@@ -271,7 +288,7 @@ object Phases {
   }
 
   /** Phase 1 with the real class: N stock KubernetesApplicationOperations, each in its own JVM. */
-  private def baselineKyuubi(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+  private def baselineKyuubi(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
     s.progress(s"phase 1 (baseline): ${s.servers} stock Kyuubi 1.12.0 servers, each deleting on its own")
     val servers = startKyuubi(s, KyuubiHome.Stock, kube, "baseline", nss, Map.empty)
@@ -290,7 +307,7 @@ object Phases {
   }
 
   /** Phase 1 without Kyuubi: the model of its cleanup. */
-  private def baselineModel(s: Spec, kube: MockKube, admin: KubernetesClient): PhaseResult = {
+  private def baselineModel(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
     s.progress(s"phase 1 (baseline): ${s.servers} Kyuubi servers (model), each deleting on its own")
     // Check threads out of step, spread evenly over one interval, as servers started at different moments.
@@ -317,7 +334,7 @@ object Phases {
   // ---------------------------------------------------------------------------------------------
   // Phase 2: podsweep on N servers, one leader per scope through ZooKeeper or etcd
 
-  def podsweep(s: Spec, kube: MockKube, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
+  def podsweep(s: Spec, kube: TestApi, admin: KubernetesClient, ha: HaBackend): PhaseResult = {
     val nss = s.namespaces("podsweep")
     val (kind, why) = podsweepKind(s)
     if (s.realKyuubi) why.foreach(w => s.progress(s"phase 2 runs podsweep in logical servers, not in Kyuubi: $w"))
@@ -333,7 +350,7 @@ object Phases {
       P + "rateLimit.burst" -> "50")
     val logs = new LogCapture
     val phaseStart = System.currentTimeMillis()
-    val podsweepConf = Map("kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf ++ s.sweeperConf
+    val podsweepConf = Map("kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf ++ s.stateConf ++ s.sweeperConf
     val kyuubi: Seq[KyuubiServer] =
       if (kind == PatchedKind) startKyuubi(s, KyuubiHome.Patched, kube, "podsweep", nss, podsweepConf) else Nil
     val servers: Seq[FleetServer] = if (kind == PatchedKind) kyuubi else (1 to s.servers).map { i =>

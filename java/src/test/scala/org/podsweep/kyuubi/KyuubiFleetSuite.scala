@@ -142,7 +142,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
       "kyuubi.zookeeper.embedded.client.port" -> "0",
       "kyuubi.zookeeper.embedded.data.dir" -> s"$dir/zookeeper",
       "kyuubi.metrics.enabled" -> "false")
-    val server = new KyuubiServer("embedded", KyuubiHome.Patched, conf, dir, heapMb = 512, wholeServer = true)
+    val server = new KyuubiServer("embedded", KyuubiHome.Patched, conf, dir, heapMb = 512, mode = KyuubiHome.WholeServer)
     try {
       assert(server.serverId.isDefined, "podsweep did not start in the whole server")
       val names = terminatedDrivers(ns, 5)

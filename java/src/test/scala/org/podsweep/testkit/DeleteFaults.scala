@@ -17,6 +17,8 @@ object DeleteFault {
   case object Unavailable extends DeleteFault("server_error")
   /** The request is read, then the connection is closed without an answer. */
   case object Disconnect extends DeleteFault("transport")
+  /** Any other refusal (401 Unauthorized, 400, 422, ...): podsweep's outcome class `other`. */
+  case object Refused extends DeleteFault("other")
 
   val All: Seq[DeleteFault] = Seq(Forbidden, Throttled, Unavailable, Disconnect)
 }

@@ -15,21 +15,24 @@ trait KubeAndZk extends KubeAndHa { this: Suite =>
   }
 }
 
-/** One fabric8 mock API server and one HA service (`haBackendName`: zookeeper or etcd) per suite. */
+/** One API server (`apiName`) and one HA service (`haBackendName`: zookeeper or etcd) per suite. */
 trait KubeAndHa extends BeforeAndAfterAll { this: Suite =>
-  @volatile private var kubeOpt: Option[MockKube] = None
+  @volatile private var kubeOpt: Option[TestApi] = None
   @volatile private var haOpt: Option[HaBackend] = None
 
   /** `zookeeper` or `etcd`. */
   def haBackendName: String
 
-  def kube: MockKube = kubeOpt.getOrElse(sys.error("mock API server not started"))
+  /** `mock` (the fabric8 CRUD mock, the default) or `pods-api` ([[PodsApi]]: a real server's DELETE rules). */
+  def apiName: String = "mock"
+
+  def kube: TestApi = kubeOpt.getOrElse(sys.error("API server not started"))
   def ha: HaBackend = haOpt.getOrElse(sys.error("HA backend not started"))
 
   override protected def beforeAll(): Unit = {
     super.beforeAll()
     haOpt = Some(HaBackend.start(haBackendName))
-    kubeOpt = Some(new MockKube)
+    kubeOpt = Some(TestApi.start(apiName))
   }
 
   override protected def afterAll(): Unit = {

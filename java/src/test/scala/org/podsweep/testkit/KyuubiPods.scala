@@ -4,10 +4,10 @@ import java.time.Instant
 import java.util.UUID
 
 import scala.collection.JavaConverters._
-import scala.util.Try
 
 import io.fabric8.kubernetes.api.model.{ContainerStateTerminatedBuilder, ContainerStatusBuilder, Pod, PodBuilder, PodConditionBuilder}
 import org.podsweep.PodEvent
+import org.podsweep.fabric8.KyuubiPodObserver
 
 /** Kyuubi's view of a Spark driver pod, as KubernetesApplicationOperation computes it. */
 object KyuubiPods {
@@ -17,33 +17,13 @@ object KyuubiPods {
 
   val Terminated: Set[String] = Set("FINISHED", "FAILED", "KILLED", "NOT_FOUND")
 
-  /** Kyuubi's pod-phase mapping (state source POD); DELETE forces FAILED unless already terminal. */
-  def appState(pod: Pod, event: PodEvent): String = {
-    val phase = Option(pod.getStatus).flatMap(s => Option(s.getPhase)).getOrElse("")
-    val state = phase match {
-      case "Pending" => "PENDING"
-      case "Running" => "RUNNING"
-      case "Succeeded" => "FINISHED"
-      case "Failed" | "Error" => "FAILED"
-      case "OOMKilled" => "KILLED"
-      case _ => "UNKNOWN"
-    }
-    if (event == PodEvent.DELETE && !Terminated(state)) "FAILED" else state
-  }
+  /** Kyuubi's state with state source POD (podsweep's adapter, checked against Kyuubi's own class). */
+  def appState(pod: Pod, event: PodEvent): String =
+    KyuubiPodObserver.applicationState(pod, KyuubiPodObserver.StateSource.POD, null, event)
 
-  /** Latest container `terminated.finishedAt`, else the Ready condition's transition time, else 0. */
-  def terminatedAtMillis(pod: Pod): Long = {
-    val status = Option(pod.getStatus)
-    val finished = status.toSeq
-      .flatMap(s => Option(s.getContainerStatuses).map(_.asScala).getOrElse(Nil))
-      .flatMap(cs => Option(cs.getState).flatMap(st => Option(st.getTerminated)).flatMap(t => Option(t.getFinishedAt)))
-      .flatMap(parse)
-    if (finished.nonEmpty) finished.max
-    else status
-      .flatMap(s => Option(s.getConditions).map(_.asScala).getOrElse(Nil).find(_.getType == "Ready"))
-      .flatMap(c => Option(c.getLastTransitionTime)).flatMap(parse)
-      .getOrElse(0L)
-  }
+  /** podsweep's termination time with state source POD, 0 when unknown. */
+  def terminatedAtMillis(pod: Pod): Long =
+    KyuubiPodObserver.terminatedAtMillis(pod, KyuubiPodObserver.StateSource.POD, null)
 
   def hasAppSelector(pod: Pod): Boolean = labels(pod).contains(AppSelectorLabel)
 
@@ -54,21 +34,56 @@ object KyuubiPods {
   private def labels(pod: Pod): Map[String, String] =
     Option(pod.getMetadata.getLabels).map(_.asScala.toMap).getOrElse(Map.empty)
 
-  private def parse(s: String): Option[Long] = Try(Instant.parse(s).toEpochMilli).toOption
 
-  /** A Spark driver pod as Kyuubi submits it, in phase Running (or Pending). */
+  /**
+   * A Spark driver pod as Kyuubi submits it, in phase Running (or Pending); with `nodeName` it is
+   * scheduled (a real API server then deletes it gracefully while it runs), with `sidecar` it has a
+   * second container that keeps running after the driver's ends.
+   */
   def driver(
       name: String,
       tag: String = UUID.randomUUID().toString,
       appSelector: Boolean = true,
       phase: String = "Running",
-      finalizers: Seq[String] = Nil): Pod = {
+      finalizers: Seq[String] = Nil,
+      nodeName: Option[String] = None,
+      sidecar: Boolean = false): Pod = {
     val labels = Map(TagLabel -> tag, "spark-role" -> "driver") ++
       (if (appSelector) Map(AppSelectorLabel -> s"spark-${tag.take(8)}") else Map.empty)
-    new PodBuilder()
+    val b = new PodBuilder()
       .withNewMetadata().withName(name).withLabels(labels.asJava).withFinalizers(finalizers.asJava).endMetadata()
-      .withNewSpec().addNewContainer().withName(DriverContainer).withImage("spark:test").endContainer().endSpec()
+      .withNewSpec().addNewContainer().withName(DriverContainer).withImage("spark:test").endContainer()
+      .withNodeName(nodeName.orNull).endSpec()
       .withNewStatus().withPhase(phase).endStatus()
+    if (sidecar) b.editSpec().addNewContainer().withName(SidecarContainer).withImage("proxy:test").endContainer().endSpec()
+    b.build()
+  }
+
+  val SidecarContainer = "sidecar"
+
+  /**
+   * The same pod whose driver container ended at `at` (exit 0 or 1) while its sidecar still runs:
+   * phase Running, so Kyuubi's `POD` state source says RUNNING and its `CONTAINER` source
+   * FINISHED or FAILED.
+   */
+  def driverEnded(pod: Pod, succeeded: Boolean, at: Instant): Pod = {
+    val term = new ContainerStateTerminatedBuilder()
+      .withExitCode(if (succeeded) 0 else 1)
+      .withReason(if (succeeded) "Completed" else "Error")
+      .withFinishedAt(at.toString)
+      .withStartedAt(at.minusSeconds(30).toString)
+      .build()
+    new PodBuilder(pod)
+      .editOrNewStatus()
+      .withPhase("Running")
+      .withContainerStatuses(
+        new ContainerStatusBuilder()
+          .withName(DriverContainer).withReady(false).withRestartCount(0).withImage("spark:test")
+          .withNewState().withTerminated(term).endState().build(),
+        new ContainerStatusBuilder()
+          .withName(SidecarContainer).withReady(true).withRestartCount(0).withImage("proxy:test")
+          .withNewState().withNewRunning().withStartedAt(at.minusSeconds(30).toString).endRunning().endState().build())
+      .endStatus()
       .build()
   }
 

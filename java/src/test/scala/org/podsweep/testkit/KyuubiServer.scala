@@ -18,6 +18,8 @@ object KyuubiHome {
   val cache: Option[File] = prop("podsweep.kyuubi.cache")
   val driverClasses: Option[File] = prop("podsweep.kyuubi.driver")
   val podsweepClasses: Option[File] = prop("podsweep.classes")
+  /** The drop-in provider's classes and its META-INF/services entry (sbt project kyuubiDropin). */
+  val dropinClasses: Option[File] = prop("podsweep.kyuubi.dropin")
   /** The libpodsweep.so the patched servers load (sbt's `nativeLibrary`). */
   val nativeLibrary: Option[File] = prop("podsweep.native.lib")
 
@@ -37,6 +39,14 @@ object KyuubiHome {
     else if (!driverCompiled) Some("the Kyuubi driver is not compiled (sbt kyuubiDriver/compile)")
     else None
 
+  /** Why stock Kyuubi with podsweep's drop-in cannot run here, or None when it can. */
+  def dropinMissing: Option[String] = stockMissing.orElse {
+    if (!dropinClasses.exists(d => new File(d, "META-INF/services/org.apache.kyuubi.engine.ApplicationOperation").isFile))
+      Some("the drop-in is not compiled (sbt kyuubiDropin/compile)")
+    else if (!nativeLibrary.exists(_.isFile)) Some(s"no native library at ${nativeLibrary.orNull} (scripts/package)")
+    else None
+  }
+
   /** Why patched Kyuubi cannot run here, or None when it can. */
   def patchedMissing: Option[String] = stockMissing.orElse {
     if (patchedJar.isEmpty) Some("the patched Kyuubi is not built (scripts/kyuubi patched)")
@@ -50,6 +60,20 @@ object KyuubiHome {
   case object Stock extends Kind("kyuubi-1.12.0")
   /** Kyuubi 1.12.0 with java/kyuubi/kyuubi-1.12.0-podsweep.diff. */
   case object Patched extends Kind("kyuubi-1.12.0+podsweep")
+  /** Kyuubi 1.12.0 as released, with podsweep's drop-in provider jar on its class path. */
+  case object Dropin extends Kind("kyuubi-1.12.0+drop-in")
+
+  def missing(kind: Kind): Option[String] = kind match {
+    case Stock => stockMissing
+    case Patched => patchedMissing
+    case Dropin => dropinMissing
+  }
+
+  /** How the driver runs the class: alone, in Kyuubi's application manager, or in a whole server. */
+  sealed abstract class Mode(val flag: Option[String])
+  case object OperationOnly extends Mode(None)
+  case object Manager extends Mode(Some("--manager"))
+  case object WholeServer extends Mode(Some("--server"))
 }
 
 /** What a Kyuubi server answered to `getApplicationInfoByTag`. */
@@ -61,9 +85,10 @@ final case class KyuubiAppInfo(state: String, podName: Option[String], id: Optio
  * Its log (log4j2 through Kyuubi's own logging, podsweep's native log routed to the same place)
  * goes to `logFile`.
  *
- * @param conf        the server's KyuubiConf entries
- * @param wholeServer start a whole Kyuubi server (`KyuubiServer.startServer`) and drive the
- *                    class its application manager loaded, instead of the class alone
+ * @param conf the server's KyuubiConf entries
+ * @param mode the KubernetesApplicationOperation alone (the default); Kyuubi's
+ *             `KyuubiApplicationManager`, which loads every provider on the class path; or a whole
+ *             Kyuubi server (`KyuubiServer.startServer`)
  */
 final class KyuubiServer(
     val name: String,
@@ -71,13 +96,12 @@ final class KyuubiServer(
     conf: Map[String, String],
     logDir: Path,
     heapMb: Int = 256,
-    wholeServer: Boolean = false) extends FleetServer {
+    mode: KyuubiHome.Mode = KyuubiHome.OperationOnly) extends FleetServer {
   import KyuubiServer._
 
   val logFile: Path = logDir.resolve(s"$name.log")
   private val process: Process = {
-    val why = if (kind == KyuubiHome.Stock) KyuubiHome.stockMissing else KyuubiHome.patchedMissing
-    why.foreach(w => throw new IllegalStateException(s"cannot start $name (${kind.label}): $w"))
+    KyuubiHome.missing(kind).foreach(w => throw new IllegalStateException(s"cannot start $name (${kind.label}): $w"))
     Files.createDirectories(logDir)
     val props = new Properties()
     conf.foreach { case (k, v) => props.setProperty(k, v) }
@@ -86,16 +110,19 @@ final class KyuubiServer(
     try props.store(w, s"KyuubiConf of $name") finally w.close()
     val log4j = logDir.resolve(s"$name-log4j2.properties")
     Files.write(log4j, log4jConfig(logFile).getBytes(StandardCharsets.UTF_8))
-    val serverJar = if (kind == KyuubiHome.Stock) KyuubiHome.stockJar.get else KyuubiHome.patchedJar.get
-    val podsweep = if (kind == KyuubiHome.Patched) KyuubiHome.podsweepClasses.toSeq else Nil
+    val serverJar = if (kind == KyuubiHome.Patched) KyuubiHome.patchedJar.get else KyuubiHome.stockJar.get
+    val podsweep = kind match {
+      case KyuubiHome.Patched => KyuubiHome.podsweepClasses.toSeq
+      case KyuubiHome.Dropin => KyuubiHome.dropinClasses.toSeq ++ KyuubiHome.podsweepClasses.toSeq
+      case KyuubiHome.Stock => Nil
+    }
     val cp = (KyuubiHome.driverClasses.toSeq ++ podsweep ++ Seq(serverJar) ++ KyuubiHome.runtime)
       .map(_.getAbsolutePath).mkString(File.pathSeparator)
     val java = new File(new File(System.getProperty("java.home"), "bin"), "java").getAbsolutePath
     val cmd = Seq(java, s"-Xmx${heapMb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
       s"-Dlog4j2.configurationFile=${log4j.toAbsolutePath}",
       s"-Dpodsweep.native.path=${KyuubiHome.nativeLibrary.map(_.getAbsolutePath).getOrElse("")}",
-      "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++
-      (if (wholeServer) Seq("--server") else Nil) ++ Seq(confFile.toAbsolutePath.toString)
+      "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++ mode.flag.toSeq ++ Seq(confFile.toAbsolutePath.toString)
     new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))
       .start()
@@ -157,6 +184,9 @@ final class KyuubiServer(
 
   /** The patch's own complaints: podsweep refused an event, or did not start. */
   override def problems: Seq[String] = logLines("podsweep did not")
+
+  /** The class names of the ApplicationOperations Kyuubi loaded (manager mode). */
+  def operations: Seq[String] = ask("operations", "OPERATIONS").split(",").toSeq.filter(_.nonEmpty)
 
   /** Kyuubi's own state mapping of the pods in `podsJson`, written to `out` (see KyuubiProcess). */
   def mapStates(podsJson: Path, out: Path): Int = ask(s"map $podsJson $out", "MAPPED").toInt

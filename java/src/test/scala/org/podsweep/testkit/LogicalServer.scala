@@ -8,6 +8,7 @@ import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
 import io.fabric8.kubernetes.client.informers.{ResourceEventHandler, SharedIndexInformer}
 import org.podsweep.{PodEvent, PodSweeper, ScopeStatus}
+import org.podsweep.fabric8.KyuubiPodObserver
 
 /** What a logical server passed to `PodSweeper.observe`. */
 final case class Observed(
@@ -25,7 +26,7 @@ final case class Observed(
  * Kyuubi's facts and call `observe`, and its own PodSweeper (own ZooKeeper session, own kube
  * identity: the conf's oauthToken).
  */
-final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, String]) extends FleetServer {
+final class LogicalServer(val name: String, kube: TestApi, conf: Map[String, String]) extends FleetServer {
   val sweeper: PodSweeper = PodSweeper.create(conf.asJava, s"$name:10009")
   private val client: KubernetesClient = kube.client(s"informer-$name")
   private val informers = new ConcurrentHashMap[String, SharedIndexInformer[Pod]]()
@@ -61,15 +62,13 @@ final class LogicalServer(val name: String, kube: MockKube, conf: Map[String, St
     informers.clear()
   }
 
+  /** Kyuubi's state mapping and podsweep's fabric8 adapter, with this server's state source. */
+  private val observer = KyuubiPodObserver.fromKyuubiConf(sweeper, conf.asJava)
+
   def feed(namespace: String, event: PodEvent, pod: Pod): Unit = if (!muted) {
-    val state = KyuubiPods.appState(pod, event)
-    val at = KyuubiPods.terminatedAtMillis(pod)
-    val meta = pod.getMetadata
-    val deleting = KyuubiPods.deletionTimestampSet(pod)
     try {
-      sweeper.observe(null, namespace, event, KyuubiPods.tag(pod), meta.getName, meta.getUid, state,
-        KyuubiPods.hasAppSelector(pod), at, deleting)
-      observed.add(Observed(namespace, event, meta.getName, meta.getUid, state, at, deleting))
+      val o = observer.observe(pod, null, namespace, event)
+      observed.add(Observed(namespace, event, o.podName, o.podUid, o.appState, o.terminatedAtMillis, o.deletionTimestampSet))
     } catch {
       case t: Throwable => errors.add(t)
     }

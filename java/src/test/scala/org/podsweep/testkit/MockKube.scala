@@ -47,7 +47,8 @@ object Recorded {
  * at 127.0.0.1, recording every request with its `Authorization: Bearer` token so DELETEs can be
  * attributed to the server that sent them.
  */
-final class MockKube extends AutoCloseable {
+final class MockKube extends TestApi {
+  override def name: String = "mock"
   MockKube.julQuiet.getLevel // initialise the JUL level before the server starts
   private val responses = new ConcurrentHashMap[ServerRequest, Queue[ServerResponse]]()
   private val recorded = new ConcurrentLinkedQueue[Recorded]()
@@ -81,9 +82,9 @@ final class MockKube extends AutoCloseable {
   @volatile private var faults: Option[DeleteFaults] = None
 
   /** From now on pod DELETEs fail as `f` decides (they do not reach the CRUD store). */
-  def injectDeleteFaults(f: DeleteFaults): Unit = faults = Some(f)
+  override def injectDeleteFaults(f: DeleteFaults): Unit = faults = Some(f)
 
-  def clearDeleteFaults(): Unit = faults = None
+  override def clearDeleteFaults(): Unit = faults = None
 
   private def statusJson(code: Int, reason: String, message: String): String =
     s"""{"apiVersion":"v1","kind":"Status","metadata":{},"status":"Failure","message":"$message","reason":"$reason","code":$code}"""
@@ -100,29 +101,29 @@ final class MockKube extends AutoCloseable {
         .setBody(statusJson(503, "ServiceUnavailable", "the server is currently unable to handle the request (injected)"))
     case DeleteFault.Disconnect =>
       new MockResponse().setSocketPolicy(SocketPolicy.DISCONNECT_AFTER_REQUEST)
+    case DeleteFault.Refused =>
+      new MockResponse().setResponseCode(401).setHeader("Content-Type", "application/json")
+        .setBody(statusJson(401, "Unauthorized", "Unauthorized"))
   }
 
   val server = new KubernetesMockServer(new Context(), new MockWebServer(), responses, recording, false)
   server.init(InetAddress.getLoopbackAddress, 0)
 
   /** The API server URL, as `kyuubi.kubernetes.master.address` takes it. */
-  val url: String = s"http://127.0.0.1:${server.getPort}"
+  override val url: String = s"http://127.0.0.1:${server.getPort}"
 
   /** A client with its own identity (bearer token), e.g. an informer's or the test's admin. */
-  def client(token: String): KubernetesClient = TestClients.forUrl(url, token)
+  override def client(token: String): KubernetesClient = TestClients.forUrl(url, token)
 
   def requests: Seq[Recorded] = recorded.asScala.toVector
 
   /** DELETE requests for single pods, optionally restricted to a namespace. */
-  def podDeletes(namespace: String = null): Seq[Recorded] =
+  override def podDeletes(namespace: String = null): Seq[Recorded] =
     requests.filter(r => r.method == "DELETE" && r.pod.exists(p => namespace == null || p._1 == namespace))
 
-  /** DELETE requests for one pod, by sender token. */
-  def deletesOf(namespace: String, pod: String): Map[Option[String], Int] =
-    podDeletes(namespace).filter(_.pod.contains((namespace, pod))).groupBy(_.bearer).map { case (k, v) => k -> v.size }
 
   /** Makes every DELETE of one pod answer `code` with a Kubernetes Status body. */
-  def failDeletes(namespace: String, pod: String, code: Int, reason: String, message: String): Unit = {
+  override def failDeletes(namespace: String, pod: String, code: Int, reason: String, message: String): Unit = {
     val status: Status = new StatusBuilder()
       .withApiVersion("v1").withKind("Status").withStatus("Failure")
       .withCode(code).withReason(reason).withMessage(message)
@@ -135,9 +136,6 @@ final class MockKube extends AutoCloseable {
         .always()
     }
   }
-
-  def pod(client: KubernetesClient, namespace: String, name: String): Option[Pod] =
-    Option(client.pods().inNamespace(namespace).withName(name).get())
 
   override def close(): Unit = server.destroy()
 }

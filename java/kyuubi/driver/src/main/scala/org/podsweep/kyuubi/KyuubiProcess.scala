@@ -12,7 +12,7 @@ import io.fabric8.kubernetes.client.utils.Serialization
 
 import org.apache.kyuubi.config.KyuubiConf
 import org.apache.kyuubi.config.KyuubiConf.KubernetesApplicationStateSource
-import org.apache.kyuubi.engine.{ApplicationManagerInfo, KubernetesApplicationOperation, KubernetesInfo, KubernetesResourceEventTypes}
+import org.apache.kyuubi.engine.{ApplicationManagerInfo, KubernetesApplicationOperation, KubernetesInfo, KubernetesResourceEventTypes, KyuubiApplicationManager}
 
 /**
  * One Kyuubi server's `KubernetesApplicationOperation` (stock or patched, whichever jar is on the
@@ -23,7 +23,10 @@ import org.apache.kyuubi.engine.{ApplicationManagerInfo, KubernetesApplicationOp
  * client and informer at once), prints `READY <podsweep server id or ->` and then answers one
  * line per command. With `--server` before the path it starts a whole Kyuubi server instead
  * (`KyuubiServer.startServer`: frontends, metadata store, the embedded ZooKeeper when no HA
- * address is set) and drives the class that server's application manager loaded.
+ * address is set) and drives the class that server's application manager loaded. With
+ * `--manager` it starts Kyuubi's `KyuubiApplicationManager`, which loads every
+ * `ApplicationOperation` provider on the class path (podsweep's drop-in among them) and
+ * initializes each; `operations` then lists them.
  *
  *  - `info <ctx> <ns> <tag>` -> `INFO <state>\t<pod name>\t<app id>\t<app name>`, from
  *    `getApplicationInfoByTag` (`-` stands for an absent context or namespace, and for an absent value);
@@ -38,10 +41,10 @@ object KyuubiProcess {
   def main(args: Array[String]): Unit = {
     val out = new PrintStream(new FileOutputStream(FileDescriptor.out), true, "UTF-8")
     System.setOut(System.err)
-    val (wholeServer, confPath) = args.toList match {
-      case "--server" :: path :: Nil => (true, path)
-      case path :: Nil => (false, path)
-      case _ => throw new IllegalArgumentException("usage: KyuubiProcess [--server] <kyuubi-conf.properties>")
+    val (mode, confPath) = args.toList match {
+      case m :: path :: Nil if m == "--server" || m == "--manager" => (m, path)
+      case path :: Nil => ("--operation", path)
+      case _ => throw new IllegalArgumentException("usage: KyuubiProcess [--server|--manager] <kyuubi-conf.properties>")
     }
     val props = new Properties()
     val in = new FileInputStream(confPath)
@@ -49,12 +52,28 @@ object KyuubiProcess {
     val conf = new KyuubiConf(false)
     props.stringPropertyNames().asScala.foreach(k => conf.set(k, props.getProperty(k)))
 
-    val op = if (wholeServer) serverOperation(conf) else {
-      val o = new KubernetesApplicationOperation()
-      o.initialize(conf, None)
-      o
+    // What is driven: the operations Kyuubi's manager loaded (or the one class), and how it stops.
+    val (ops, stopAll): (Seq[AnyRef], () => Unit) = mode match {
+      case "--server" =>
+        val o = serverOperation(conf)
+        (Seq(o), () => o.stop())
+      case "--manager" =>
+        val manager = new KyuubiApplicationManager(None)
+        manager.initialize(conf)
+        manager.start()
+        val loaded = manager.getClass.getDeclaredFields.find(_.getName.endsWith("operations")).map { f =>
+          f.setAccessible(true)
+          f.get(manager).asInstanceOf[Seq[AnyRef]]
+        }.getOrElse(Nil)
+        (loaded, () => manager.stop())
+      case _ =>
+        val o = new KubernetesApplicationOperation()
+        o.initialize(conf, None)
+        (Seq(o), () => o.stop())
     }
-    val sweeper = podSweeper(op)
+    val op = ops.collectFirst { case k: KubernetesApplicationOperation => k }
+      .getOrElse(throw new IllegalStateException("no KubernetesApplicationOperation was loaded"))
+    val sweeper = ops.iterator.map(podSweeper).collectFirst { case Some(s) => s }
     out.println("READY " + sweeper.map(call(_, "serverId")).getOrElse("-"))
 
     val reader = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))
@@ -71,8 +90,10 @@ object KyuubiProcess {
           out.println("STATUS " + json.replace('\n', ' '))
         case "map" :: pods :: dest :: Nil =>
           out.println("MAPPED " + map(pods, dest))
+        case "operations" :: Nil =>
+          out.println("OPERATIONS " + ops.map(_.getClass.getName).mkString(","))
         case "stop" :: Nil =>
-          op.stop()
+          stopAll()
           out.println("STOPPED")
           out.flush()
           System.exit(0)
@@ -82,7 +103,7 @@ object KyuubiProcess {
       line = reader.readLine()
     }
     // stdin closed: the parent went away; stop as a server would on shutdown.
-    op.stop()
+    stopAll()
     System.exit(0)
   }
 
@@ -106,11 +127,14 @@ object KyuubiProcess {
   private def dash(s: String): String = if (s == null || s.isEmpty) "-" else s
 
   /**
-   * The patched class's PodSweeper (a private field), if it has one and it is set. Used through
-   * reflection: the stock server has no podsweep classes on its class path.
+   * The PodSweeper of an operation: the patched class's private field, or the drop-in's
+   * `podSweeper` accessor; None for stock Kyuubi. Through reflection: the stock server has no
+   * podsweep classes on its class path.
    */
-  private def podSweeper(op: KubernetesApplicationOperation): Option[AnyRef] =
-    op.getClass.getDeclaredFields.find(_.getName.endsWith("podSweeper")).flatMap { f =>
+  private def podSweeper(op: AnyRef): Option[AnyRef] =
+    if (op.getClass.getName == "org.podsweep.kyuubi.PodsweepCleanupOperation")
+      call(op, "podSweeper").asInstanceOf[Option[AnyRef]]
+    else op.getClass.getDeclaredFields.find(_.getName.endsWith("podSweeper")).flatMap { f =>
       f.setAccessible(true)
       Option(f.get(op))
     }
