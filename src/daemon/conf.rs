@@ -99,7 +99,7 @@ mod tests {
         assert_eq!(c["spark.master"], "k8s://https://api:6443");
         assert_eq!(c["kyuubi.ha.namespace"], "ünï", "UTF-8, as Kyuubi reads it");
         assert_eq!(c["empty.value"], "");
-        assert_eq!(c.len(), 10);
+        assert_eq!(c.len(), 9);
     }
 
     #[test]
