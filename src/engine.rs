@@ -118,7 +118,8 @@ impl Engine {
         Self::with_parts(settings, server_id, backend, source, Clock::System, rt)
     }
 
-    /// An engine with injected parts (tests, benches, the demo).
+    /// An engine with injected parts (tests, benches, the demo). In self-watch mode the pod
+    /// watches use kube-rs clients built from the settings' Kubernetes keys.
     pub fn with_parts(
         settings: Settings,
         server_id: &str,
