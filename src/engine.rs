@@ -13,6 +13,10 @@
 //! * Every event of a Kyuubi driver pod reaches its scope's task, so a pod observed running again
 //!   is disarmed there.
 //! * [`Engine::close`] deletes nothing; it stops every scope task and releases leadership.
+//! * In self-watch mode (`...cleanupTerminatedDriverPod.watch.enabled`), every configured scope
+//!   the allow lists accept campaigns at once, its leader watches its pods
+//!   ([`crate::watch`]), scopes are never released when idle, and [`Engine::observe`] is refused
+//!   (`IllegalStateException`): the engine's own watch is the only source of its records.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +38,7 @@ use crate::kube_client;
 use crate::model::Observation;
 use crate::scope::Scope;
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
+use crate::watch::{self, Watches};
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
 
@@ -51,6 +56,11 @@ pub enum EngineError {
     },
     #[error("podsweep is closed")]
     Closed,
+    #[error(
+        "observe: {} is true: this engine watches its driver pods itself and takes no observe() calls",
+        keys::WATCH_ENABLED
+    )]
+    WatchMode,
     #[error("podsweep runtime: {0}")]
     Runtime(String),
 }
@@ -81,6 +91,8 @@ pub struct Engine {
     refused: RwLock<HashMap<Scope, String>>,
     next_id: AtomicU64,
     closed: AtomicBool,
+    /// Self-watch mode's watch tasks (`None` when the JVM feeds the engine).
+    watches: Option<Watches>,
 }
 
 impl Engine {
@@ -106,7 +118,8 @@ impl Engine {
         Self::with_parts(settings, server_id, backend, source, Clock::System, rt)
     }
 
-    /// An engine with injected parts (tests, benches, the demo).
+    /// An engine with injected parts (tests, benches, the demo). In self-watch mode the pod
+    /// watches use kube-rs clients built from the settings' Kubernetes keys.
     pub fn with_parts(
         settings: Settings,
         server_id: &str,
@@ -126,11 +139,20 @@ impl Engine {
         sweeper_cfg.step_down_after = settings.step_down_after;
         sweeper_cfg.idle_release = settings.idle_release;
         sweeper_cfg.tuning = settings.tuning.clone();
+        let watches = settings.watch.as_ref().map(|w| {
+            // Configured scopes campaign for the engine's whole life.
+            sweeper_cfg.idle_release = crate::config::MAX_TIME;
+            Watches::new(watch::kube_clients(settings.raw.clone()), w.state.clone())
+        });
+        let kind_key = settings
+            .watch
+            .as_ref()
+            .map_or(keys::CLEANUP_KIND, |w| w.kind_key);
         match settings.kind {
             CleanupKind::None => info!(
-                "podsweep {} started for server {server_id}: {} = NONE, so no driver pod is deleted",
+                "podsweep {} started for server {server_id}: {kind_key} = NONE, so no driver pod \
+                 is deleted",
                 env!("CARGO_PKG_VERSION"),
-                keys::CLEANUP_KIND
             ),
             kind => info!(
                 "podsweep {} started for server {server_id}: cleanup kind {}, retain period {:?}, leader election via {}",
@@ -140,7 +162,7 @@ impl Engine {
                 backend.name()
             ),
         }
-        Ok(Engine {
+        let engine = Engine {
             settings: Arc::new(settings),
             server_id: server_id.to_owned(),
             backend,
@@ -152,7 +174,41 @@ impl Engine {
             refused: RwLock::default(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
-        })
+            watches,
+        };
+        engine.start_watched_scopes();
+        Ok(engine)
+    }
+
+    /// Self-watch mode: every configured scope the allow lists accept campaigns at once.
+    fn start_watched_scopes(&self) {
+        let (Some(w), Some(watches)) = (&self.settings.watch, &self.watches) else {
+            return;
+        };
+        if self.settings.kind == CleanupKind::None {
+            return;
+        }
+        info!(
+            "podsweep watches driver pods itself ({} = true): cleanup kind {} (from {}), {} \
+             scope(s) configured",
+            keys::WATCH_ENABLED,
+            self.settings.kind.as_str(),
+            w.kind_key,
+            w.scopes.len()
+        );
+        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
+        for scope in &w.scopes {
+            if let Err(e) = self.check_allowed(scope) {
+                warn!("Scope {scope} is not watched: {e}");
+                let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
+                refused.insert(scope.clone(), e.to_string());
+                continue;
+            }
+            let h = self.start_scope(scope.clone());
+            let _enter = self.rt.enter();
+            watches.start(scope, &h);
+            scopes.insert(scope.clone(), h);
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -163,6 +219,9 @@ impl Engine {
     pub fn observe(&self, scope: Scope, obs: Observation) -> Result<(), EngineError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(EngineError::Closed);
+        }
+        if self.watches.is_some() {
+            return Err(EngineError::WatchMode);
         }
         if obs.pod_uid.is_empty() {
             return Err(EngineError::Argument {
@@ -223,14 +282,19 @@ impl Engine {
         let _enter = self.rt.enter();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let election = ElectionHandle::start(&self.backend, scope.clone(), self.server_id.clone());
+        let release: Release = match self.watches {
+            // A configured scope is never released: no event would bring it back.
+            Some(_) => Box::new(|_| false),
+            None => release_from(&self.scopes, scope.clone(), id),
+        };
         sweeper::spawn(
-            scope.clone(),
+            scope,
             id,
             self.sweeper_cfg.clone(),
             self.clock.clone(),
             election,
             self.source.clone(),
-            release_from(&self.scopes, scope, id),
+            release,
         )
     }
 
@@ -304,6 +368,12 @@ impl Engine {
                 v
             }
         };
+        if let Some(w) = &self.watches {
+            w.add_status(scope, &mut v);
+        } else {
+            v["watching"] = false.into();
+            v["watch_streams"] = 0.into();
+        }
         v["scope"] = scope.to_string().into();
         v["context"] = scope.context.clone().into();
         v["namespace"] = scope.namespace.clone().into();
@@ -316,23 +386,29 @@ impl Engine {
     /// Stops every scope task and releases leadership; waits at most `timeout`.
     /// Must not be called from inside the engine's runtime.
     pub fn close(&self, timeout: Duration) {
-        let handles = self.begin_close();
-        if handles.is_empty() {
+        let (handles, watches) = self.begin_close();
+        if handles.is_empty() && watches.is_empty() {
             return;
         }
-        self.rt.block_on(finish_close(handles, timeout));
+        self.rt.block_on(finish_close(handles, watches, timeout));
     }
 
     /// [`Engine::close`] for async callers.
     pub async fn close_async(&self, timeout: Duration) {
-        let handles = self.begin_close();
-        finish_close(handles, timeout).await;
+        let (handles, watches) = self.begin_close();
+        finish_close(handles, watches, timeout).await;
     }
 
-    fn begin_close(&self) -> Vec<ScopeHandle> {
+    fn begin_close(&self) -> (Vec<ScopeHandle>, Vec<tokio::task::JoinHandle<()>>) {
         if self.closed.swap(true, Ordering::AcqRel) {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         }
+        // Watches stop first: nothing new reaches the scope tasks while they shut down.
+        let watches = self
+            .watches
+            .as_ref()
+            .map(Watches::stop_all)
+            .unwrap_or_default();
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         let handles: Vec<ScopeHandle> = scopes.drain().map(|(_, h)| h).collect();
         for h in &handles {
@@ -343,19 +419,23 @@ impl Engine {
             self.server_id,
             handles.len()
         );
-        handles
+        (handles, watches)
     }
 }
 
-async fn finish_close(handles: Vec<ScopeHandle>, timeout: Duration) {
-    let joins = futures::future::join_all(handles.into_iter().map(|h| h.task));
+async fn finish_close(
+    handles: Vec<ScopeHandle>,
+    watches: Vec<tokio::task::JoinHandle<()>>,
+    timeout: Duration,
+) {
+    let joins = futures::future::join_all(handles.into_iter().map(|h| h.task).chain(watches));
     let _ = tokio::time::timeout(timeout, joins).await;
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        let handles = self.begin_close();
-        drop(handles);
+        let closing = self.begin_close();
+        drop(closing);
     }
 }
 

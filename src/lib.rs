@@ -1,7 +1,8 @@
 //! podsweep: coordinated cleanup of terminated Spark driver pods for Apache Kyuubi.
 //!
-//! Every Kyuubi server keeps its Pod informer and feeds pod events to podsweep; one cleanup leader
-//! per `(context, namespace)`, elected through Kyuubi's HA backend, sends the DELETEs.
+//! Every Kyuubi server keeps its Pod informer and feeds pod events to podsweep (or, in self-watch
+//! mode, the leader of a scope watches its pods itself); one cleanup leader per
+//! `(context, namespace)`, elected through Kyuubi's HA backend, sends the DELETEs.
 //!
 //! # Safety model
 //! 1. A DELETE is sent only by the current, unpaused leader of the scope whose lease deadline has
@@ -24,15 +25,19 @@
 //! 8. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
 //! 9. A leader that completes no DELETE for `ha.stepDownAfter` while DELETEs are due steps down.
 //! 10. A failed scope task is restarted with its records and reported unhealthy.
+//! 11. Self-watch mode ([`watch`]): only a scope's leader watches its pods; a fresh list cancels
+//!     tracked pods absent from it, and a scope drops its records when its watch stops.
 
 pub mod build_info;
 pub mod clock;
 pub mod config;
+pub mod daemon;
 pub mod deleter;
 pub mod election;
 pub mod engine;
 pub mod jni;
 pub mod kube_client;
+pub mod kyuubi_state;
 pub mod logging;
 pub mod metrics;
 pub mod model;
@@ -41,3 +46,4 @@ pub mod schedule;
 pub mod scope;
 pub mod sweeper;
 pub mod tracker;
+pub mod watch;

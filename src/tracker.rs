@@ -259,6 +259,38 @@ impl Tracker {
             .collect()
     }
 
+    /// Self-watch mode, the watch stopped: drops every record and every spared or running UID
+    /// (nobody keeps them fresh now); tombstones stay. Returns the dropped records.
+    pub fn drop_unwatched(&mut self) -> Vec<(Arc<str>, Record)> {
+        self.spared.clear();
+        self.running.clear();
+        self.counts = [0; 4];
+        self.records.drain().collect()
+    }
+
+    /// Self-watch mode, a fresh list ended: every tracked UID absent from `listed` belongs to a
+    /// pod that is gone, so it is tombstoned and its record (if any) returned.
+    pub fn retain_listed(
+        &mut self,
+        listed: &HashSet<Arc<str>>,
+        now: Instant,
+    ) -> Vec<(Arc<str>, Record)> {
+        self.spared.retain(|u| listed.contains(u));
+        self.running.retain(|u, _| listed.contains(u));
+        let gone: Vec<Arc<str>> = self
+            .records
+            .keys()
+            .filter(|u| !listed.contains(*u))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|u| {
+                self.tombstone(u.clone(), now);
+                self.remove(&u).map(|r| (u, r))
+            })
+            .collect()
+    }
+
     fn tombstone(&mut self, uid: Arc<str>, now: Instant) {
         if self.tombstones.insert(uid.clone(), now).is_none() {
             self.tombstone_order.push_back((now, uid));
@@ -523,5 +555,57 @@ mod tests {
         );
         assert!(!t.is_tombstoned("u"));
         assert_eq!(t.tombstone_count(), 0);
+    }
+
+    #[test]
+    fn self_watch_drops_and_relists() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        for (uid, state) in [
+            ("a", AppState::Finished),
+            ("b", AppState::Finished),
+            ("r", AppState::Running),
+            ("gone", AppState::Finished),
+        ] {
+            run(
+                &mut t,
+                &obs(EventKind::Update, uid, state),
+                CleanupKind::All,
+                now,
+            );
+        }
+        run(
+            &mut t,
+            &obs(EventKind::Delete, "gone", AppState::Finished),
+            CleanupKind::All,
+            now,
+        );
+        t.set_stage("b", Stage::Due);
+        // A fresh list without "b" and "r": both are gone, "b" tombstoned.
+        let listed: HashSet<Arc<str>> = [Arc::from("a")].into_iter().collect();
+        let gone = t.retain_listed(&listed, now);
+        assert_eq!(gone.len(), 1);
+        assert_eq!(&*gone[0].0, "b");
+        assert!(t.is_tombstoned("b") && t.running_count() == 0);
+        assert_eq!(
+            (t.len(), t.count(Stage::Due), t.count(Stage::Scheduled)),
+            (1, 0, 1)
+        );
+        // The watch stops: every record goes, tombstones stay.
+        let dropped = t.drop_unwatched();
+        assert_eq!(dropped.len(), 1);
+        assert!(t.is_empty() && t.count(Stage::Scheduled) == 0);
+        assert!(t.is_tombstoned("gone") && t.is_tombstoned("b"));
+        // A later list arms "a" again, never "b".
+        let again = |t: &mut Tracker, uid| {
+            run(
+                t,
+                &obs(EventKind::Add, uid, AppState::Finished),
+                CleanupKind::All,
+                now,
+            )
+        };
+        assert_eq!(again(&mut t, "a"), Verdict::Arm);
+        assert_eq!(again(&mut t, "b"), Verdict::Ignore);
     }
 }

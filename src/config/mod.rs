@@ -10,10 +10,12 @@ use thiserror::Error;
 
 mod ha;
 mod time;
+mod watch;
 
 use self::ha::parse_ha;
 
 pub use self::time::{parse_time, MAX_TIME};
+pub use self::watch::{init_list_scopes, WatchSettings};
 
 /// Kyuubi's key names.
 pub mod keys {
@@ -67,6 +69,14 @@ pub mod keys {
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle";
     pub const STEP_DOWN_AFTER: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter";
+    /// Self-watch mode: podsweep watches the driver pods itself (drop-in provider, daemon).
+    pub const WATCH_ENABLED: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.enabled";
+    /// The cleanup kind in self-watch mode (default: the stock key's value).
+    pub const WATCH_KIND: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind";
+    pub const INIT_LIST: &str = "kyuubi.kubernetes.client.initialize.list";
+    pub const STATE_SOURCE: &str = "kyuubi.kubernetes.application.state.source";
+    pub const STATE_CONTAINER: &str = "kyuubi.kubernetes.application.state.container";
 }
 
 /// Kyuubi's HA client class names.
@@ -254,6 +264,8 @@ pub struct Settings {
     pub idle_release: Duration,
     /// How DELETEs are paced and retried.
     pub tuning: Tuning,
+    /// Self-watch mode (`watch.enabled`): the scopes to watch and Kyuubi's state mapping.
+    pub watch: Option<WatchSettings>,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
 }
@@ -261,21 +273,13 @@ pub struct Settings {
 impl Settings {
     pub fn from_map(raw: HashMap<String, String>) -> Result<Self, ConfigError> {
         let get = |k: &str| raw.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let kind = match get(keys::CLEANUP_KIND) {
+        let stock_kind = match get(keys::CLEANUP_KIND) {
             None => CleanupKind::None,
-            Some(v) => match v.to_ascii_uppercase().as_str() {
-                "NONE" => CleanupKind::None,
-                "ALL" => CleanupKind::All,
-                "COMPLETED" => CleanupKind::Completed,
-                _ => {
-                    return Err(ConfigError::invalid(
-                        keys::CLEANUP_KIND,
-                        v,
-                        "expected NONE, ALL or COMPLETED",
-                    ))
-                }
-            },
+            Some(v) => parse_kind(keys::CLEANUP_KIND, v)?,
         };
+        let watch = self::watch::parse_watch(&get, stock_kind)?;
+        // In self-watch mode the watch kind applies (the stock key stops Kyuubi's own cleaner).
+        let kind = watch.as_ref().map_or(stock_kind, |w| w.kind);
         let retain = match get(keys::RETAIN_PERIOD) {
             None => Duration::from_secs(300),
             Some(v) => parse_time(keys::RETAIN_PERIOD, v)?,
@@ -322,6 +326,7 @@ impl Settings {
             step_down_after,
             idle_release,
             tuning: parse_tuning(&get)?,
+            watch,
             raw: raw.clone(),
         })
     }
@@ -414,6 +419,20 @@ fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, Co
 pub const MIN_QPS: f64 = 0.001;
 /// Fastest accepted DELETE rate.
 pub const MAX_QPS: f64 = 1_000_000.0;
+
+/// A cleanup kind (Kyuubi's enum names, any case).
+fn parse_kind(key: &str, v: &str) -> Result<CleanupKind, ConfigError> {
+    match v.to_ascii_uppercase().as_str() {
+        "NONE" => Ok(CleanupKind::None),
+        "ALL" => Ok(CleanupKind::All),
+        "COMPLETED" => Ok(CleanupKind::Completed),
+        _ => Err(ConfigError::invalid(
+            key,
+            v,
+            "expected NONE, ALL or COMPLETED",
+        )),
+    }
+}
 
 /// A time value that must be greater than zero (and, as every time value, at most a year).
 fn positive_time(key: &str, v: &str) -> Result<Duration, ConfigError> {

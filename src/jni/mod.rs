@@ -48,6 +48,7 @@ impl From<EngineError> for Failure {
             | EngineError::Argument { .. }
             | EngineError::Disallowed { .. } => Failure::IllegalArgument(e.to_string()),
             EngineError::Closed => Failure::IllegalState("PodSweeper is closed".into()),
+            EngineError::WatchMode => Failure::IllegalState(e.to_string()),
             EngineError::Runtime(_) => Failure::Podsweep(e.to_string()),
         }
     }

@@ -106,6 +106,11 @@ impl Sweeper {
             if rec.stage != Stage::Due {
                 continue;
             }
+            if self.inflight_abort.contains_key(&uid) {
+                // A DELETE of this UID is still in flight (its record was dropped and armed
+                // again meanwhile, in self-watch mode): `on_done` puts it back.
+                continue;
+            }
             if let Err(wait) = self.bucket.take(now) {
                 // Rate limit: this pod goes first once a token is there.
                 self.due.push_front(uid);
@@ -159,6 +164,7 @@ impl Sweeper {
             }
         };
         self.inflight_abort.remove(&uid);
+        self.requeue_rearmed(&uid);
         let deleting = self
             .tracker
             .get(&uid)
@@ -187,6 +193,7 @@ impl Sweeper {
         };
         self.report(&uid, &rec, &outcome);
         if cancelled {
+            self.settle_rearmed(&uid, &outcome);
             self.dispatch();
             return;
         }

@@ -28,6 +28,7 @@
 mod deletes;
 mod failures;
 mod supervise;
+mod watched;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
@@ -103,6 +104,10 @@ impl SweeperConfig {
 #[derive(Debug)]
 pub enum Command {
     Observe(Box<Observation>),
+    /// Self-watch mode: a fresh list of the scope's driver pods ended; these UIDs were in it.
+    Listed(Box<std::collections::HashSet<Uid>>),
+    /// Self-watch mode: this server stopped watching the scope's pods.
+    Unwatched,
     Shutdown,
 }
 
@@ -114,7 +119,7 @@ enum Exit {
     Released,
 }
 
-type Uid = Arc<str>;
+pub(crate) type Uid = Arc<str>;
 
 struct Sweeper {
     scope: Scope,
@@ -178,6 +183,8 @@ impl Sweeper {
                 biased;
                 cmd = rx.recv() => match cmd {
                     Some(Command::Observe(obs)) => self.on_observe(&obs),
+                    Some(Command::Listed(uids)) => self.on_listed(&uids),
+                    Some(Command::Unwatched) => self.on_unwatched(),
                     Some(Command::Shutdown) | None => return Exit::Shutdown,
                 },
                 changed = status.changed() => {

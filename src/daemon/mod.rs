@@ -1,0 +1,194 @@
+//! The standalone daemon (`podsweep`): Kyuubi's configuration file plus overrides -> an engine in
+//! self-watch mode, logs on stderr, `/healthz`, `/metrics` and `/status` over HTTP.
+//!
+//! # Guarantees
+//! * Self-watch mode is forced on (`...cleanupTerminatedDriverPod.watch.enabled=true`); a bad
+//!   configuration exits with status 2 and a message naming the key, before anything starts.
+//! * On start, exactly one line goes to stdout: `podsweep listening on http://HOST:PORT` (the
+//!   address actually bound, so `--listen 127.0.0.1:0` can be used).
+//! * SIGTERM or SIGINT closes the engine (leadership released, nothing deleted) and exits 0.
+
+pub mod conf;
+pub mod exposition;
+mod http;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::config::{keys, CleanupKind, Settings};
+use crate::engine::{self, Engine};
+
+/// Exit status of a bad configuration or command line.
+pub const EXIT_CONFIG: u8 = 2;
+/// Exit status of a failure to start (port taken, no signal handler).
+pub const EXIT_START: u8 = 1;
+
+/// How long `close` waits for the scopes to release leadership on shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Coordinated cleanup of terminated Spark driver pods for Apache Kyuubi, as a standalone
+/// daemon: one cleanup leader per (context, namespace), elected through Kyuubi's HA backend,
+/// watches the driver pods and deletes the terminated ones after the retain period.
+#[derive(Debug, Parser)]
+#[command(name = "podsweep", version)]
+pub struct Args {
+    /// Kyuubi's configuration file (kyuubi-defaults.conf).
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Sets one key over the file's value; may be repeated.
+    #[arg(long = "conf", value_name = "KEY=VALUE")]
+    pub conf: Vec<String>,
+    /// This server's id in the elections [default: the host name].
+    #[arg(long, value_name = "ID")]
+    pub server_id: Option<String>,
+    /// Address of the HTTP endpoints (/healthz, /metrics, /status).
+    #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:10029")]
+    pub listen: String,
+    /// Log level when RUST_LOG is not set (error, warn, info, debug, trace).
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+/// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
+pub fn run(args: Args) -> u8 {
+    if let Err(e) = init_logging(&args.log_level) {
+        eprintln!("podsweep: --log-level: {e}");
+        return EXIT_CONFIG;
+    }
+    let raw = match conf::load(&args.config, &args.conf) {
+        Ok(raw) => raw,
+        Err(e) => return config_error(&e.to_string()),
+    };
+    let settings = match Settings::from_map(raw) {
+        Ok(s) => s,
+        Err(e) => return config_error(&e.to_string()),
+    };
+    if let Err(e) = crate::kube_client::validate(&settings.raw) {
+        return config_error(&e.to_string());
+    }
+    if settings.kind == CleanupKind::None {
+        return config_error(&format!(
+            "{}: NONE (or unset, and {} is NONE): the daemon would delete nothing; set it to ALL \
+             or COMPLETED",
+            keys::WATCH_KIND,
+            keys::CLEANUP_KIND
+        ));
+    }
+    let server_id = args.server_id.clone().unwrap_or_else(host_name);
+    let rt = match engine::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            error!("podsweep cannot start: {e}");
+            return EXIT_START;
+        }
+    };
+    rt.block_on(serve(settings, server_id, args))
+}
+
+fn config_error(message: &str) -> u8 {
+    eprintln!("podsweep: bad configuration: {message}");
+    EXIT_CONFIG
+}
+
+/// The host name: in a Deployment the pod's name (unique per replica), in a sidecar the Kyuubi
+/// server's pod name, so the election says which pod leads.
+fn host_name() -> String {
+    let name = gethostname::gethostname()
+        .to_string_lossy()
+        .trim()
+        .to_owned();
+    if name.is_empty() {
+        "podsweep".to_owned()
+    } else {
+        name
+    }
+}
+
+/// Logs on stderr: `RUST_LOG` if set, else `level`. kube-rs's own line for every failed request
+/// is left out by default: podsweep logs each watch failure and sums up failed DELETEs itself.
+fn init_logging(level: &str) -> Result<(), String> {
+    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(f) => f,
+        Err(_) => {
+            level
+                .parse::<tracing_subscriber::filter::LevelFilter>()
+                .map_err(|_| {
+                    format!("expected error, warn, info, debug or trace, got {level:?}")
+                })?;
+            tracing_subscriber::EnvFilter::builder()
+                .parse(format!("{level},kube_client::client::builder=off"))
+                .map_err(|e| e.to_string())?
+        }
+    };
+    // A second initialisation (in-process tests) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter)
+        .try_init();
+    Ok(())
+}
+
+async fn serve(settings: Settings, server_id: String, args: Args) -> u8 {
+    let listener = match TcpListener::bind(&args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            error!("Cannot listen on {}: {e}", args.listen);
+            eprintln!("podsweep: cannot listen on {}: {e}", args.listen);
+            return EXIT_START;
+        }
+    };
+    let addr = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("podsweep: cannot read the bound address: {e}");
+            return EXIT_START;
+        }
+    };
+    let (mut term, mut int) = match signals() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("podsweep: cannot handle signals: {e}");
+            return EXIT_START;
+        }
+    };
+    info!(
+        "podsweep {} daemon, server id {server_id}, configuration {} with {} override(s)",
+        env!("CARGO_PKG_VERSION"),
+        args.config.display(),
+        args.conf.len()
+    );
+    let engine = match Engine::new(settings, &server_id, tokio::runtime::Handle::current()) {
+        Ok(e) => Arc::new(e),
+        Err(e) => return config_error(&e.to_string()),
+    };
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(http::serve(listener, engine.clone(), shutdown.clone()));
+    println!("podsweep listening on http://{addr}");
+    let _ = std::io::stdout().flush();
+    let signal = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    info!("{signal} received: closing (leadership is released, nothing is deleted)");
+    shutdown.cancel();
+    engine.close_async(CLOSE_TIMEOUT).await;
+    let _ = server.await;
+    info!("podsweep stopped");
+    0
+}
+
+fn signals() -> std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {
+    use tokio::signal::unix::{signal, SignalKind};
+    Ok((
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+    ))
+}

@@ -1,0 +1,93 @@
+//! Self-watch mode's two messages to a scope task (see `crate::watch`): a fresh list ended, and
+//! the watch stopped or failed.
+//!
+//! # Guarantees
+//! * A pod tracked here but absent from a fresh list is gone: its record is cancelled and its UID
+//!   tombstoned, without a DELETE.
+//! * When the watch stops (this server no longer leads) or fails (events may be lost), every
+//!   record is dropped: nobody keeps it fresh, so it could otherwise be deleted later on stale
+//!   facts (another leader, or anyone, may have deleted the pod meanwhile). Tombstones stay. The next leader's list arms the pods again from
+//!   their own termination times, so the clock is kept.
+//! * A DELETE still in flight when its record is dropped is let finish and reported; a record
+//!   armed again for that UID meanwhile is not dispatched until it has ended, and is settled by
+//!   it if it succeeded.
+
+use std::collections::HashSet;
+
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use super::{Sweeper, Uid};
+use crate::deleter::Outcome;
+use crate::metrics::ScopeMetrics;
+use crate::tracker::{Record, Stage};
+
+impl Sweeper {
+    pub(super) fn on_listed(&mut self, listed: &HashSet<Uid>) {
+        let gone = self.tracker.retain_listed(listed, Instant::now());
+        let n = gone.len();
+        for (uid, rec) in gone {
+            ScopeMetrics::inc(&self.metrics.cancelled);
+            debug!(
+                scope = %self.scope, pod = %rec.name, uid = %uid,
+                "Pod {} is absent from a fresh list: it is gone; its cleanup is cancelled", rec.name
+            );
+            self.drop_record(uid, rec);
+        }
+        debug!(
+            scope = %self.scope,
+            "Listed {} driver pods of scope {}; {n} tracked pods were gone", listed.len(), self.scope
+        );
+    }
+
+    pub(super) fn on_unwatched(&mut self) {
+        let dropped = self.tracker.drop_unwatched();
+        let n = dropped.len();
+        for (uid, rec) in dropped {
+            self.drop_record(uid, rec);
+        }
+        self.due.clear();
+        if n > 0 {
+            info!(
+                scope = %self.scope,
+                "The pod watch of scope {} stopped or failed: {n} tracked pods are dropped until \
+                 the next list",
+                self.scope
+            );
+        }
+    }
+
+    /// Drops what belongs to a record that is gone from the tracker; a DELETE in flight for it
+    /// finishes and is reported.
+    fn drop_record(&mut self, uid: Uid, rec: Record) {
+        if let Some(key) = self.keys.remove(&uid) {
+            self.queue.remove(&key);
+        }
+        self.failures.forget(&uid);
+        if self.inflight_abort.contains_key(&uid) {
+            self.finishing.insert(uid, rec);
+        }
+    }
+
+    /// After a DELETE ended: a record armed again for its UID while it was in flight waits no
+    /// longer.
+    pub(super) fn requeue_rearmed(&mut self, uid: &Uid) {
+        if self.tracker.get(uid).is_some_and(|r| r.stage == Stage::Due) {
+            self.due.push_front(uid.clone());
+        }
+    }
+
+    /// A DELETE whose record was dropped while it was in flight succeeded: a record armed again
+    /// for the same UID meanwhile is settled by it.
+    pub(super) fn settle_rearmed(&mut self, uid: &Uid, outcome: &Outcome) {
+        if !outcome.class.is_done() || self.tracker.get(uid).is_none() {
+            return;
+        }
+        if let Some(key) = self.keys.remove(uid) {
+            self.queue.remove(&key);
+        }
+        self.failures.forget(uid);
+        self.tracker.settle(uid, Instant::now());
+        self.compact_due();
+    }
+}

@@ -1,0 +1,394 @@
+//! Self-watch mode: the leader of a scope watches its driver pods with kube-rs and feeds each
+//! event to the scope's task as the same observation the JNI path feeds.
+//!
+//! # Guarantees
+//! * **Only the leader watches.** A scope's watch starts when its election says `Leading` and
+//!   stops at once when it says anything else (Following, Paused, NoQuorum, a step-down) or the
+//!   engine closes. A fleet of N servers holds one pod watch per scope, not N.
+//! * The watch's first list is the new leader's reconcile: every driver pod in it is observed
+//!   with its own termination time, so a deadline keeps the clock it had under the old leader.
+//! * After every list (the first, and a relist after `410 Gone`), tracked pods absent from it are
+//!   cancelled and tombstoned without a DELETE (they are gone). When the watch stops, the scope
+//!   task drops its records (`crate::sweeper` module `watched`): a follower keeps nothing that a
+//!   later term could delete without a fresh list.
+//! * Any error of the watch (a failed list or watch, an expiry, a broken stream, an API server
+//!   that went away) may have lost events: the scope drops its records as when the watch stops,
+//!   and a fresh list arms them again, after a backoff (0.8 s doubling to 30 s, jittered, reset
+//!   after a minute of watching; none after an expiry, unless the last one was less than a minute
+//!   ago): no tight loop, and no DELETE on facts a
+//!   missed event may have made stale. A stream the server ends cleanly (its timeout) is resumed
+//!   from its last resourceVersion. Building the Kubernetes client is retried from 1 s doubling
+//!   to 1 min.
+//! * The pods are observed through Kyuubi 1.12.0's state mapping ([`crate::kyuubi_state`]).
+//!
+//! # Caveats
+//! * `watch_streams` in the scope status counts lists started (each leadership term's first
+//!   list and every list after an error); a watch resumed from the last resourceVersion after its
+//!   stream ended cleanly is the same stream and is not counted. `watching` stays true while the
+//!   leader keeps (re)starting its watch; `watch_failing_ms` says whether it works.
+//! * A pod that carries no termination time is dated by its first observation, so a relist
+//!   restarts its clock.
+
+mod scopes;
+
+pub use self::scopes::Watches;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::watcher::{self, Event};
+use kube::Api;
+use tokio::sync::{mpsc, watch as status_watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::election::{Leadership, Status};
+use crate::kyuubi_state::{self, StateConfig, UNIQUE_TAG_LABEL};
+use crate::model::EventKind;
+use crate::scope::Scope;
+use crate::sweeper::{Command, Uid};
+
+/// Builds the Kubernetes client a scope's watch uses, and the namespace it watches.
+pub type ClientSource =
+    Arc<dyn Fn(Scope) -> BoxFuture<'static, Result<(kube::Client, String), String>> + Send + Sync>;
+
+/// How long one watch request lasts on the server before kube-rs renews it.
+const WATCH_TIMEOUT_SECS: u32 = 290;
+/// First wait after a failed client build; doubles up to [`CLIENT_RETRY_MAX`].
+const CLIENT_RETRY_BASE: Duration = Duration::from_secs(1);
+const CLIENT_RETRY_MAX: Duration = Duration::from_secs(60);
+/// First wait after a failed watch; doubles up to [`RETRY_MAX`], back to the base after a watch
+/// that lasted [`RETRY_RESET_AFTER`].
+const RETRY_BASE: Duration = Duration::from_millis(800);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+const RETRY_RESET_AFTER: Duration = Duration::from_secs(60);
+
+/// A scope's watch counters, for its status.
+#[derive(Debug, Default)]
+pub struct WatchMetrics {
+    /// This server holds the scope's pod watch now.
+    pub watching: AtomicBool,
+    /// Lists started (see the module's caveats).
+    pub streams: AtomicU64,
+    /// Errors met by the watch (failed lists and watches, expiries, client builds).
+    pub errors: AtomicU64,
+    /// Pod events received.
+    pub events: AtomicU64,
+    /// Epoch milliseconds of the first error since the watch last worked; 0 when it works.
+    failing_since_ms: AtomicU64,
+    /// The last error's text.
+    last_error: std::sync::Mutex<String>,
+}
+
+impl WatchMetrics {
+    /// Adds `watching`, `watch_streams`, `watch_errors` and `watch_events` to a status object.
+    pub fn add_to(&self, v: &mut serde_json::Value) {
+        v["watching"] = self.watching.load(Relaxed).into();
+        v["watch_streams"] = self.streams.load(Relaxed).into();
+        v["watch_errors"] = self.errors.load(Relaxed).into();
+        v["watch_events"] = self.events.load(Relaxed).into();
+        let since = self.failing_since_ms.load(Relaxed);
+        v["watch_failing_ms"] = match since {
+            0 => 0,
+            t => crate::metrics::epoch_ms().saturating_sub(t),
+        }
+        .into();
+        v["watch_last_error"] = match since {
+            0 => serde_json::Value::Null,
+            _ => self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .into(),
+        };
+    }
+
+    fn failed(&self, error: String) {
+        self.errors.fetch_add(1, Relaxed);
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+        let _ = self.failing_since_ms.compare_exchange(
+            0,
+            crate::metrics::epoch_ms().max(1),
+            Relaxed,
+            Relaxed,
+        );
+    }
+
+    fn working(&self) {
+        self.failing_since_ms.store(0, Relaxed);
+    }
+}
+
+/// The engine's side of one scope's watch task.
+pub struct WatchHandle {
+    pub metrics: Arc<WatchMetrics>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl WatchHandle {
+    /// Stops the watch task; the returned handle resolves once it has ended.
+    pub fn stop(self) -> JoinHandle<()> {
+        self.cancel.cancel();
+        self.task
+    }
+}
+
+/// What the watch task of a scope needs.
+pub struct WatchTask {
+    pub scope: Scope,
+    /// The scope's leadership, as its sweeper sees it.
+    pub status: status_watch::Receiver<Status>,
+    /// The scope task's queue.
+    pub tx: mpsc::UnboundedSender<Command>,
+    pub source: ClientSource,
+    pub state: StateConfig,
+}
+
+/// Starts the watch task of a scope on the current runtime.
+pub fn spawn(t: WatchTask) -> WatchHandle {
+    let metrics = Arc::new(WatchMetrics::default());
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(run(t, metrics.clone(), cancel.clone()));
+    WatchHandle {
+        metrics,
+        cancel,
+        task,
+    }
+}
+
+/// Kubernetes clients from Kyuubi's keys (with the per-scope overlay), for watches: the read
+/// timeout is longer than a watch request lasts, so a quiet watch is not cut.
+pub fn kube_clients(raw: std::collections::HashMap<String, String>) -> ClientSource {
+    let raw = Arc::new(raw);
+    Arc::new(move |scope: Scope| {
+        let conf = crate::kube_client::scope_conf(&raw, &scope);
+        Box::pin(async move {
+            let ns = crate::kube_client::namespace(&conf);
+            let mut cfg = crate::kube_client::build_config(&conf)
+                .await
+                .map_err(|e| e.to_string())?;
+            cfg.read_timeout = Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS) + 40));
+            let client = kube::Client::try_from(cfg).map_err(|e| e.to_string())?;
+            Ok((client, ns))
+        })
+    })
+}
+
+/// The scope task went away (the engine closed or dropped it).
+struct Gone;
+
+async fn run(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: CancellationToken) {
+    loop {
+        // Wait until this server leads the scope.
+        loop {
+            if t.status.borrow_and_update().leadership == Leadership::Leading {
+                break;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                changed = t.status.changed() => if changed.is_err() { return },
+            }
+        }
+        info!(scope = %t.scope, "Leading scope {}: watching its driver pods", t.scope);
+        let mut status = t.status.clone();
+        let why = tokio::select! {
+            _ = cancel.cancelled() => Err(Gone),
+            r = not_leading(&mut status) => r,
+            Gone = watch_pods(&t, &metrics) => Err(Gone),
+        };
+        metrics.watching.store(false, Relaxed);
+        metrics.working();
+        let sent = t.tx.send(Command::Unwatched);
+        match why {
+            Ok(reason) if sent.is_ok() => {
+                info!(scope = %t.scope, "Stopped watching the driver pods of scope {} ({reason})", t.scope);
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Resolves with the new state's description once the scope is not `Leading` any more.
+async fn not_leading(status: &mut status_watch::Receiver<Status>) -> Result<String, Gone> {
+    loop {
+        {
+            let st = status.borrow_and_update();
+            if st.leadership != Leadership::Leading {
+                return Ok(format!("{}: {}", st.leadership.as_str(), st.reason));
+            }
+        }
+        status.changed().await.map_err(|_| Gone)?;
+    }
+}
+
+/// Watches the scope's pods until the scope task goes away (never returns otherwise).
+async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
+    let (client, ns) = match build_client(t, metrics).await {
+        Ok(c) => c,
+        Err(gone) => return gone,
+    };
+    let api: Api<Pod> = Api::namespaced(client, &ns);
+    metrics.watching.store(true, Relaxed);
+    metrics.working();
+    let mut wait = RETRY_BASE;
+    let mut last_error: Option<String> = None;
+    let mut last_expiry: Option<tokio::time::Instant> = None;
+    loop {
+        let started = tokio::time::Instant::now();
+        let error = match stream_once(t, metrics, &api, &ns, &mut last_error).await {
+            Ok(e) => e,
+            Err(gone) => return gone,
+        };
+        metrics.failed(error.to_string());
+        let expired = note_error(t, &error, &mut last_error);
+        // Events may have been missed: what the watch told is dropped, and the next list arms
+        // it again from the pods themselves.
+        if t.tx.send(Command::Unwatched).is_err() {
+            return Gone;
+        }
+        if started.elapsed() >= RETRY_RESET_AFTER {
+            wait = RETRY_BASE;
+        }
+        // An expiry relists at once, unless the last one was recent (a server that keeps
+        // answering 410 must not make a tight loop).
+        let now = tokio::time::Instant::now();
+        let at_once =
+            expired && last_expiry.is_none_or(|t| now.duration_since(t) >= RETRY_RESET_AFTER);
+        if expired {
+            last_expiry = Some(now);
+        }
+        if !at_once {
+            // Jitter (0.5x to 1x) keeps a fleet's scopes from retrying in step.
+            tokio::time::sleep(wait.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
+            wait = (wait * 2).min(RETRY_MAX);
+        }
+    }
+}
+
+/// Builds the scope's client, retrying with backoff.
+async fn build_client(
+    t: &WatchTask,
+    metrics: &WatchMetrics,
+) -> Result<(kube::Client, String), Gone> {
+    let mut wait = CLIENT_RETRY_BASE;
+    loop {
+        match (t.source)(t.scope.clone()).await {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                metrics.failed(format!("cannot build the Kubernetes client: {e}"));
+                warn!(
+                    scope = %t.scope,
+                    "Cannot build the Kubernetes client to watch scope {}: {e}; retrying in {wait:?}",
+                    t.scope
+                );
+                if t.tx.is_closed() {
+                    return Err(Gone);
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(CLIENT_RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// One kube-rs watcher, from its list until its first error (returned). A stream that ends
+/// cleanly (the server's timeout) is resumed by kube-rs from its last resourceVersion.
+async fn stream_once(
+    t: &WatchTask,
+    metrics: &WatchMetrics,
+    api: &Api<Pod>,
+    ns: &str,
+    last_error: &mut Option<String>,
+) -> Result<watcher::Error, Gone> {
+    let cfg = watcher::Config::default()
+        .labels(UNIQUE_TAG_LABEL)
+        .timeout(WATCH_TIMEOUT_SECS);
+    let mut stream = std::pin::pin!(watcher::watcher(api.clone(), cfg));
+    let mut listed: Option<HashSet<Uid>> = None;
+    loop {
+        let Some(event) = stream.next().await else {
+            // kube-rs's watcher never ends; if it did, start again.
+            return Ok(watcher::Error::NoResourceVersion);
+        };
+        match event {
+            Ok(Event::Init) => {
+                metrics.streams.fetch_add(1, Relaxed);
+                listed = Some(HashSet::new());
+                debug!(scope = %t.scope, "Listing the driver pods of namespace {ns}");
+            }
+            Ok(Event::InitApply(pod)) => {
+                forward(t, metrics, &pod, EventKind::Add, listed.as_mut())?;
+            }
+            Ok(Event::InitDone) => {
+                metrics.working();
+                if last_error.take().is_some() {
+                    info!(scope = %t.scope, "Watching the driver pods of scope {} again", t.scope);
+                }
+                let uids = listed.take().unwrap_or_default();
+                t.tx.send(Command::Listed(Box::new(uids)))
+                    .map_err(|_| Gone)?;
+            }
+            Ok(Event::Apply(pod)) => forward(t, metrics, &pod, EventKind::Update, None)?,
+            Ok(Event::Delete(pod)) => forward(t, metrics, &pod, EventKind::Delete, None)?,
+            Err(e) => return Ok(e),
+        }
+    }
+}
+
+/// Passes one pod event on as an observation (driver pods only); during a list, notes its UID.
+fn forward(
+    t: &WatchTask,
+    metrics: &WatchMetrics,
+    pod: &Pod,
+    kind: EventKind,
+    listed: Option<&mut HashSet<Uid>>,
+) -> Result<(), Gone> {
+    metrics.events.fetch_add(1, Relaxed);
+    if kind != EventKind::Add {
+        metrics.working();
+    }
+    let Some(obs) = kyuubi_state::observation(pod, &t.state, kind) else {
+        return Ok(());
+    };
+    if !obs.is_kyuubi_driver() || crate::names::check_pod_name(&obs.pod_name).is_err() {
+        return Ok(());
+    }
+    if let Some(l) = listed {
+        l.insert(Arc::from(obs.pod_uid.as_str()));
+    }
+    t.tx.send(Command::Observe(Box::new(obs))).map_err(|_| Gone)
+}
+
+/// An expiry is routine (INFO); another error is a WARN when it differs from the last one, else
+/// DEBUG (the backoff spaces the retries). True for an expiry (410 Gone).
+fn note_error(t: &WatchTask, e: &watcher::Error, last: &mut Option<String>) -> bool {
+    if let watcher::Error::WatchError(status) = e {
+        if status.code == 410 {
+            info!(
+                scope = %t.scope,
+                "The pod watch of scope {} expired (410 Gone): listing again", t.scope
+            );
+            return true;
+        }
+    }
+    let text = e.to_string();
+    if last.as_deref() == Some(text.as_str()) {
+        debug!(scope = %t.scope, "Pod watch of scope {} failed again: {text}", t.scope);
+    } else {
+        warn!(
+            scope = %t.scope,
+            "Pod watch of scope {} failed: {text}; its pods are listed again after a backoff",
+            t.scope
+        );
+        *last = Some(text);
+    }
+    false
+}

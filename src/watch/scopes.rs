@@ -1,0 +1,58 @@
+//! The engine's table of watch tasks, one per configured scope in self-watch mode.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::task::JoinHandle;
+
+use super::{spawn, ClientSource, WatchHandle, WatchMetrics, WatchTask};
+use crate::kyuubi_state::StateConfig;
+use crate::scope::Scope;
+use crate::sweeper::ScopeHandle;
+
+/// Self-watch mode's part of an engine.
+pub struct Watches {
+    source: ClientSource,
+    state: StateConfig,
+    handles: Mutex<HashMap<Scope, WatchHandle>>,
+}
+
+impl Watches {
+    pub fn new(source: ClientSource, state: StateConfig) -> Self {
+        Watches {
+            source,
+            state,
+            handles: Mutex::default(),
+        }
+    }
+
+    /// Starts the watch task of a scope whose task has just started (on the current runtime).
+    pub fn start(&self, scope: &Scope, h: &ScopeHandle) {
+        let handle = spawn(WatchTask {
+            scope: scope.clone(),
+            status: h.status.clone(),
+            tx: h.tx.clone(),
+            source: self.source.clone(),
+            state: self.state.clone(),
+        });
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = handles.insert(scope.clone(), handle) {
+            drop(old.stop());
+        }
+    }
+
+    /// Adds the scope's watch counters to its status (zeros when it has no watch).
+    pub fn add_status(&self, scope: &Scope, v: &mut serde_json::Value) {
+        let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        match handles.get(scope) {
+            Some(h) => h.metrics.add_to(v),
+            None => WatchMetrics::default().add_to(v),
+        }
+    }
+
+    /// Stops every watch task; the handles resolve once they have ended.
+    pub fn stop_all(&self) -> Vec<JoinHandle<()>> {
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        handles.drain().map(|(_, h)| h.stop()).collect()
+    }
+}

@@ -1,0 +1,441 @@
+//! A small pods-only Kubernetes API server on loopback, for the self-watch tests: list, HTTP
+//! watch (with `410 Gone` for a resourceVersion older than the last [`PodsApi::compact`]),
+//! DELETE with a UID precondition (404, 409 as a real server answers), and faults: dropped watch
+//! streams and an unavailable server (503 to everything, streams cut).
+//!
+//! Pods are kept as JSON; every change gets the next resourceVersion and an event that open
+//! watches of its namespace receive. Every DELETE of a single pod is recorded.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// One DELETE of a single pod.
+#[derive(Clone, Debug)]
+pub struct DeleteRecord {
+    pub namespace: String,
+    pub name: String,
+    pub uid: Option<String>,
+    pub status: u16,
+}
+
+struct Watcher {
+    user_agent: String,
+    namespace: String,
+    selector: String,
+    tx: mpsc::UnboundedSender<Bytes>,
+}
+
+#[derive(Default)]
+struct Store {
+    pods: BTreeMap<(String, String), Value>,
+    /// (resourceVersion, namespace, event line)
+    history: Vec<(u64, String, Value)>,
+    rv: u64,
+    compacted: u64,
+    watchers: Vec<Watcher>,
+}
+
+#[derive(Default)]
+struct Shared {
+    store: Mutex<Store>,
+    deletes: Mutex<Vec<DeleteRecord>>,
+    down: AtomicBool,
+    /// Milliseconds a DELETE waits before it is served.
+    delete_delay_ms: AtomicU64,
+    lists: AtomicU64,
+    watches: AtomicU64,
+    next_uid: AtomicU64,
+}
+
+/// The server; it stops when dropped.
+pub struct PodsApi {
+    pub url: String,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PodsApi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PodsApi {
+    /// Starts on a free loopback port, on the current runtime.
+    pub async fn start() -> PodsApi {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let s = s.clone();
+                        async move { Ok::<_, Infallible>(handle(&s, req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        PodsApi { url, shared, task }
+    }
+
+    /// Adds a pod (`metadata.name` required; uid, namespace and resourceVersion are set here).
+    pub fn create(&self, namespace: &str, mut pod: Value) -> String {
+        let n = self.shared.next_uid.fetch_add(1, Ordering::Relaxed);
+        let uid = format!("uid-{n}-{}", pod["metadata"]["name"].as_str().unwrap_or(""));
+        pod["metadata"]["uid"] = uid.clone().into();
+        pod["metadata"]["namespace"] = namespace.into();
+        let mut st = self.shared.store.lock().unwrap();
+        store(&mut st, namespace, pod, "ADDED");
+        uid
+    }
+
+    /// Removes a pod as another client would (a DELETED event).
+    pub fn remove(&self, namespace: &str, name: &str) -> bool {
+        let mut st = self.shared.store.lock().unwrap();
+        remove(&mut st, namespace, name)
+    }
+
+    pub fn exists(&self, namespace: &str, name: &str) -> bool {
+        let st = self.shared.store.lock().unwrap();
+        st.pods
+            .contains_key(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    /// Forgets the event history: a watch from an older resourceVersion gets `410 Gone`.
+    pub fn compact(&self) {
+        let mut st = self.shared.store.lock().unwrap();
+        st.compacted = st.rv;
+        st.history.clear();
+    }
+
+    /// Ends every open watch stream.
+    pub fn drop_watches(&self) {
+        self.shared.store.lock().unwrap().watchers.clear();
+    }
+
+    /// While down, every request is answered 503 and open watch streams are cut.
+    pub fn set_down(&self, down: bool) {
+        self.shared.down.store(down, Ordering::SeqCst);
+        if down {
+            self.drop_watches();
+        }
+    }
+
+    /// Every DELETE waits this long before it is served (a slow answer).
+    pub fn set_delete_delay(&self, delay: Duration) {
+        self.shared
+            .delete_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
+    }
+
+    /// Watch streams open now.
+    pub fn open_watches(&self) -> usize {
+        let mut st = self.shared.store.lock().unwrap();
+        st.watchers.retain(|w| !w.tx.is_closed());
+        st.watchers.len()
+    }
+
+    /// Watch streams open now whose label selector is exactly `selector`.
+    pub fn open_watches_for(&self, selector: &str) -> usize {
+        let mut st = self.shared.store.lock().unwrap();
+        st.watchers.retain(|w| !w.tx.is_closed());
+        st.watchers
+            .iter()
+            .filter(|w| w.selector == selector)
+            .count()
+    }
+
+    /// User agents of the watch streams open now.
+    pub fn watch_agents(&self) -> Vec<String> {
+        let mut st = self.shared.store.lock().unwrap();
+        st.watchers.retain(|w| !w.tx.is_closed());
+        st.watchers.iter().map(|w| w.user_agent.clone()).collect()
+    }
+
+    pub fn watch_requests(&self) -> u64 {
+        self.shared.watches.load(Ordering::SeqCst)
+    }
+
+    pub fn list_requests(&self) -> u64 {
+        self.shared.lists.load(Ordering::SeqCst)
+    }
+
+    pub fn deletes(&self) -> Vec<DeleteRecord> {
+        self.shared.deletes.lock().unwrap().clone()
+    }
+
+    /// DELETE requests naming `name`, whatever their answer.
+    pub fn deletes_of(&self, name: &str) -> usize {
+        self.deletes().iter().filter(|d| d.name == name).count()
+    }
+}
+
+/// Polls `cond` every 20 ms until it holds; panics naming `what` after `within`.
+pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = tokio::time::Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A Kyuubi Spark driver pod, terminated (`Succeeded`, exit 0) `ended_secs_ago` seconds ago, or
+/// running when `None`.
+pub fn driver_pod(name: &str, ended_secs_ago: Option<u64>) -> Value {
+    let state = match ended_secs_ago {
+        Some(s) => {
+            let at = SystemTime::now() - Duration::from_secs(s);
+            let ms = at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
+            let ts = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
+            json!({"terminated": {"exitCode": 0, "finishedAt": ts}})
+        }
+        None => json!({"running": {"startedAt": "2026-01-01T00:00:00Z"}}),
+    };
+    let phase = if ended_secs_ago.is_some() {
+        "Succeeded"
+    } else {
+        "Running"
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"kyuubi-unique-tag": format!("tag-{name}"), "spark-app-selector": format!("spark-{name}")}
+        },
+        "spec": {"nodeName": "node-1", "containers": [{"name": "spark-kubernetes-driver"}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [{
+                "name": "spark-kubernetes-driver", "image": "spark:test", "ready": false,
+                "restartCount": 0, "state": state
+            }]
+        }
+    })
+}
+
+fn store(st: &mut Store, ns: &str, mut pod: Value, kind: &str) {
+    st.rv += 1;
+    pod["metadata"]["resourceVersion"] = st.rv.to_string().into();
+    let name = pod["metadata"]["name"].as_str().unwrap_or("").to_owned();
+    st.pods.insert((ns.to_owned(), name), pod.clone());
+    emit(st, ns, json!({"type": kind, "object": pod}));
+}
+
+fn remove(st: &mut Store, ns: &str, name: &str) -> bool {
+    let Some(mut pod) = st.pods.remove(&(ns.to_owned(), name.to_owned())) else {
+        return false;
+    };
+    st.rv += 1;
+    pod["metadata"]["resourceVersion"] = st.rv.to_string().into();
+    emit(st, ns, json!({"type": "DELETED", "object": pod}));
+    true
+}
+
+fn emit(st: &mut Store, ns: &str, event: Value) {
+    let rv = st.rv;
+    let line = line(&event);
+    st.watchers.retain(|w| {
+        if w.namespace != ns || !matches(&w.selector, &event["object"]) {
+            return true;
+        }
+        w.tx.send(line.clone()).is_ok()
+    });
+    st.history.push((rv, ns.to_owned(), event));
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut s = v.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+/// `key` (exists) and `key=value` terms, comma-separated.
+fn matches(selector: &str, pod: &Value) -> bool {
+    let labels = &pod["metadata"]["labels"];
+    selector
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((k, v)) => labels[k].as_str() == Some(v),
+            None => labels.get(term).is_some(),
+        })
+}
+
+fn full(code: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let user_agent = req
+        .headers()
+        .get(hyper::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let path = req.uri().path().to_owned();
+    let query: HashMap<String, String> = req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| {
+            let v = percent_encoding::percent_decode_str(v).decode_utf8_lossy();
+            (k.to_owned(), v.into_owned())
+        })
+        .collect();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    if s.down.load(Ordering::SeqCst) {
+        return full(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &status(503, "ServiceUnavailable", "down for the test"),
+        );
+    }
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method, parts.as_slice()) {
+        (Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => {
+            let selector = query.get("labelSelector").cloned().unwrap_or_default();
+            if query.get("watch").map(String::as_str) == Some("true") {
+                s.watches.fetch_add(1, Ordering::SeqCst);
+                watch(s, ns, &selector, query.get("resourceVersion"), user_agent)
+            } else {
+                s.lists.fetch_add(1, Ordering::SeqCst);
+                let st = s.store.lock().unwrap();
+                let items: Vec<Value> = st
+                    .pods
+                    .iter()
+                    .filter(|((n, _), p)| n == ns && matches(&selector, p))
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                full(
+                    StatusCode::OK,
+                    &json!({"apiVersion": "v1", "kind": "PodList",
+                            "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
+                )
+            }
+        }
+        (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let delay = s.delete_delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+            }
+            let opts: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let uid = opts["preconditions"]["uid"].as_str().map(str::to_owned);
+            let mut st = s.store.lock().unwrap();
+            let key = (ns.to_string(), name.to_string());
+            let (code, reply) = match st.pods.get(&key).cloned() {
+                None => (
+                    404,
+                    status(404, "NotFound", &format!("pods \"{name}\" not found")),
+                ),
+                Some(p) if uid.is_some() && p["metadata"]["uid"].as_str() != uid.as_deref() => (
+                    409,
+                    status(409, "Conflict", "Precondition failed: UID in precondition"),
+                ),
+                Some(p) => {
+                    remove(&mut st, ns, name);
+                    (200, p)
+                }
+            };
+            drop(st);
+            s.deletes.lock().unwrap().push(DeleteRecord {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                uid,
+                status: code,
+            });
+            full(StatusCode::from_u16(code).unwrap(), &reply)
+        }
+        _ => full(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &status(405, "MethodNotAllowed", "not served here"),
+        ),
+    }
+}
+
+fn watch(
+    s: &Shared,
+    ns: &str,
+    selector: &str,
+    from: Option<&String>,
+    user_agent: String,
+) -> Response<Body> {
+    let from: u64 = from.and_then(|v| v.parse().ok()).unwrap_or(0);
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    {
+        let mut st = s.store.lock().unwrap();
+        if from != 0 && from < st.compacted {
+            let gone = status(
+                410,
+                "Expired",
+                &format!("too old resource version: {from} ({})", st.compacted),
+            );
+            let _ = tx.send(line(&json!({"type": "ERROR", "object": gone})));
+            drop(tx);
+        } else {
+            for (rv, n, ev) in &st.history {
+                if *rv > from && n == ns && matches(selector, &ev["object"]) {
+                    let _ = tx.send(line(ev));
+                }
+            }
+            st.watchers.push(Watcher {
+                user_agent,
+                namespace: ns.to_owned(),
+                selector: selector.to_owned(),
+                tx,
+            });
+        }
+    }
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
+            .map(|b| Ok::<_, Infallible>(Frame::data(b)));
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r
+}

@@ -1,0 +1,230 @@
+//! The `podsweep` binary as an operator runs it: a child process with a Kyuubi configuration
+//! file, against the loopback pods API (`common::pods_api`), local backend. Its HTTP endpoints,
+//! its exit status on SIGTERM / SIGINT and on a bad configuration.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::pods_api::{driver_pod, wait_for, PodsApi};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::{sleep, timeout};
+
+const NS: &str = "spark";
+const BIN: &str = env!("CARGO_BIN_EXE_podsweep");
+const LONG: Duration = Duration::from_secs(30);
+
+struct Daemon {
+    child: Child,
+    url: String,
+    stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Writes `file` as kyuubi-defaults.conf and starts the daemon on a free port.
+async fn start(file: &str, extra: &[&str]) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("kyuubi-defaults.conf");
+    std::fs::write(&conf, file).unwrap();
+    let stderr = dir.path().join("stderr.log");
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&conf)
+        .args(["--listen", "127.0.0.1:0", "--server-id", "daemon-1"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the podsweep binary");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let line = timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the listening line in time")
+        .unwrap()
+        .unwrap_or_else(|| panic!("no line; stderr:\n{}", read(&stderr)));
+    let url = line
+        .strip_prefix("podsweep listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    println!("{line}");
+    Daemon {
+        child,
+        url,
+        stderr,
+        _dir: dir,
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// `GET path` over HTTP/1.1: status code and body.
+async fn get(url: &str, path: &str) -> (u16, String) {
+    let host = url.strip_prefix("http://").unwrap();
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).await.unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (code, body.to_owned())
+}
+
+async fn signal(d: &mut Daemon, sig: &str) -> i32 {
+    let pid = d.child.id().unwrap().to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let status = timeout(Duration::from_secs(30), d.child.wait())
+        .await
+        .expect("exit in time")
+        .unwrap();
+    status.code().unwrap_or(-1)
+}
+
+fn conf_file(api: &PodsApi) -> String {
+    format!(
+        "# Kyuubi's file, as an operator of stock Kyuubi writes it\n\
+         kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind NONE\n\
+         kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind=ALL\n\
+         kyuubi.kubernetes.terminatedApplicationRetainPeriod: PT1S\n\
+         kyuubi.kubernetes.master.address={}\n\
+         kyuubi.kubernetes.namespace  {NS}\n",
+        api.url
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_health_metrics_and_status_and_exits_0_on_sigterm() {
+    let api = PodsApi::start().await;
+    api.create(NS, driver_pod("done-1", Some(3600)));
+    api.create(NS, driver_pod("done-2", Some(3600)));
+    api.create(NS, driver_pod("running", None));
+    let mut d = start(&conf_file(&api), &[]).await;
+    wait_for("overdue pods deleted", LONG, || {
+        !api.exists(NS, "done-1") && !api.exists(NS, "done-2")
+    })
+    .await;
+    let (code, body) = get(&d.url, "/healthz").await;
+    println!("/healthz {code} {body:?}");
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+    let (code, status) = get(&d.url, "/status").await;
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let s = &v[0];
+    println!(
+        "/status: scope {} server {} leadership {} watching {} streams {}",
+        s["scope"], s["server_id"], s["leadership"], s["watching"], s["watch_streams"]
+    );
+    assert_eq!(s["server_id"], "daemon-1");
+    assert_eq!(s["watching"], true);
+    assert_eq!(s["watch_streams"], 1);
+    let (code, metrics) = get(&d.url, "/metrics").await;
+    assert_eq!(code, 200);
+    let l = "context=\"\",namespace=\"spark\"";
+    for line in [
+        format!("podsweep_leader{{{l}}} 1"),
+        format!("podsweep_healthy{{{l}}} 1"),
+        format!("podsweep_watching{{{l}}} 1"),
+        format!("podsweep_watch_streams_total{{{l}}} 1"),
+        format!("podsweep_delete_outcomes_total{{{l},outcome=\"accepted\"}} 2"),
+        format!("podsweep_delete_lag_seconds_count{{{l}}} 2"),
+    ] {
+        assert!(
+            metrics.lines().any(|x| x == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    let (code, _) = get(&d.url, "/nope").await;
+    assert_eq!(code, 404);
+    assert_eq!(api.open_watches(), 1);
+    let rc = signal(&mut d, "-TERM").await;
+    let log = read(&d.stderr);
+    println!("exit status {rc} after SIGTERM");
+    assert_eq!(rc, 0, "stderr:\n{log}");
+    assert!(log.contains("SIGTERM received"), "{log}");
+    assert!(api.exists(NS, "running"));
+    assert_eq!(api.deletes().len(), 2, "nothing deleted on close");
+    wait_for("the watch is closed", LONG, || api.open_watches() == 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_is_503_with_reasons_when_no_scope_is_watched_and_sigint_exits_0() {
+    let api = PodsApi::start().await;
+    let file = format!(
+        "{}kyuubi.kubernetes.namespace.allow.list=other\n",
+        conf_file(&api)
+    );
+    let mut d = start(&file, &[]).await;
+    let (code, body) = get(&d.url, "/healthz").await;
+    println!("/healthz {code} {body}");
+    assert_eq!(code, 503);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["healthy"], false);
+    assert!(v["reasons"][0].as_str().unwrap().contains("no scope"));
+    assert_eq!(signal(&mut d, "-INT").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_apply_and_a_bad_configuration_exits_2_naming_the_key() {
+    let api = PodsApi::start().await;
+    let kind = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind";
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--conf".into(), format!("{kind}=SOME")], kind),
+        (vec!["--conf".into(), format!("{kind}=NONE")], kind),
+        (
+            vec![
+                "--conf".into(),
+                "kyuubi.kubernetes.application.state.source=NODE".into(),
+            ],
+            "kyuubi.kubernetes.application.state.source",
+        ),
+        (
+            vec![
+                "--conf".into(),
+                "kyuubi.kubernetes.master.address=ftp://x".into(),
+            ],
+            "kyuubi.kubernetes.master.address",
+        ),
+        (vec!["--conf".into(), "novalue".into()], "KEY=VALUE"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("kyuubi-defaults.conf");
+    std::fs::write(&conf, conf_file(&api)).unwrap();
+    for (args, named) in cases {
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&conf)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("{args:?} -> {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(err.contains(named), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "nothing listens");
+    }
+    // An override wins over the file: COMPLETED spares a FAILED pod the file's ALL would delete.
+    let mut failed = driver_pod("failed", Some(3600));
+    failed["status"]["phase"] = "Failed".into();
+    failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = 1.into();
+    api.create(NS, failed);
+    api.create(NS, driver_pod("done", Some(3600)));
+    let mut d = start(&conf_file(&api), &["--conf", &format!("{kind}=COMPLETED")]).await;
+    wait_for("done deleted", LONG, || !api.exists(NS, "done")).await;
+    sleep(Duration::from_secs(2)).await;
+    assert!(api.exists(NS, "failed"));
+    assert_eq!(signal(&mut d, "-TERM").await, 0);
+}
