@@ -179,8 +179,16 @@ pub async fn build_config(conf: &HashMap<String, String>) -> Result<kube::Config
     cfg.default_retry = false;
     cfg.connect_timeout = Some(Duration::from_secs(10));
     cfg.read_timeout = Some(Duration::from_secs(30));
+    // The API server's audit log (and a test's API server) tells podsweep's requests apart.
+    cfg.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
     Ok(cfg)
 }
+
+/// The `User-Agent` of every request podsweep sends to the Kubernetes API.
+pub const USER_AGENT: &str = concat!("podsweep/", env!("CARGO_PKG_VERSION"));
 
 /// A kube-rs client for one scope.
 pub async fn build_client(conf: &HashMap<String, String>) -> Result<kube::Client, KubeClientError> {
@@ -272,6 +280,11 @@ mod tests {
         assert!(cfg.accept_invalid_certs);
         assert!(cfg.auth_info.token.is_some());
         assert!(!cfg.default_retry);
+        assert!(cfg
+            .headers
+            .iter()
+            .any(|(k, v)| k == http::header::USER_AGENT && v.to_str().ok() == Some(USER_AGENT)));
+        assert!(USER_AGENT.starts_with("podsweep/"));
     }
 
     #[test]
