@@ -17,15 +17,15 @@ import org.scalatest.time.{Millis, Seconds, Span}
  * Kyuubi 1.12.0, loaded by Kyuubi's own `KyuubiApplicationManager`, and (2) as the standalone
  * daemon. The API server is [[PodsApi]] (kube-rs watches over HTTP, which the fabric8 mock does
  * not serve); ZooKeeper and etcd are real. Pod watches are told apart by user agent: podsweep's
- * kube-rs client (`kube`...) from Kyuubi's fabric8 informers (`fabric8`...).
+ * kube-rs client (`podsweep/<version>`) from Kyuubi's fabric8 informers (`fabric8`...).
  */
 class ZeroPatchSuite extends AnyFunSuite {
   implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(60, Seconds), Span(100, Millis))
 
   private lazy val logDir: Path = Files.createTempDirectory("podsweep-zero-patch-")
   private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
-  /** podsweep's own watches (kube-rs), as opposed to Kyuubi's fabric8 informers. */
-  private val PodsweepAgent = "kube"
+  /** podsweep's own watches (User-Agent podsweep/...), as opposed to Kyuubi's fabric8 informers. */
+  private val PodsweepAgent = "podsweep/"
 
   private def needDropin(): Unit = KyuubiHome.dropinMissing.foreach(w => cancel(w))
   private def needDaemon(): Unit = PodsweepDaemon.missing.foreach(w => cancel(w))
