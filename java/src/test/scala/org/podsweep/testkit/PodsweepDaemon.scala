@@ -103,14 +103,14 @@ final class PodsweepDaemon(val name: String, conf: Map[String, String], logDir: 
 }
 
 object PodsweepDaemon {
-  /** The `podsweep` binary: `-Dpodsweep.daemon`, else the repository's debug or release build. */
+  /** The `podsweep` binary: `-Dpodsweep.daemon` (`PODSWEEP_DAEMON`), else the newest build in the repository. */
   def binary: Option[File] = {
     val explicit = Option(System.getProperty("podsweep.daemon")).filter(_.nonEmpty).map(new File(_))
     val repo = new File(System.getProperty("podsweep.repo", ".."))
-    (explicit.toSeq ++ Seq(new File(repo, "target/debug/podsweep"), new File(repo, "target/release/podsweep")))
-      .filter(f => f.isFile && f.canExecute)
-      .sortBy(-_.lastModified())
-      .headOption
+    def ok(f: File) = f.isFile && f.canExecute
+    explicit.filter(ok).orElse(Seq("target/debug/podsweep", "target/release/podsweep",
+      "target/x86_64-unknown-linux-gnu/release/podsweep").map(new File(repo, _)).filter(ok)
+      .sortBy(-_.lastModified()).headOption)
   }
 
   def missing: Option[String] =
