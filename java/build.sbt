@@ -136,7 +136,8 @@ lazy val root = (project in file("."))
       s"-Dpodsweep.kyuubi.dropin=${(LocalProject("kyuubiDropin") / Compile / classDirectory).value}",
       s"-Dpodsweep.classes=${(Compile / classDirectory).value}",
       s"-Dpodsweep.native.lib=${nativeLibrary.value}",
-      s"-Dpodsweep.repo=${repoRoot.value}"),
+      s"-Dpodsweep.repo=${repoRoot.value}") ++
+      sys.env.get("PODSWEEP_DAEMON").filter(_.nonEmpty).map(d => s"-Dpodsweep.daemon=$d").toSeq,
     Test / run / fork := true,
     Test / run / connectInput := false,
     Test / run / outputStrategy := Some(StdoutOutput)

@@ -5,7 +5,7 @@ import java.nio.charset.StandardCharsets
 
 import org.apache.curator.test.TestingServer
 import org.podsweep.demo.Phases.PhaseResult
-import org.podsweep.testkit.{EtcdBackend, EtcdServer, HaBackend, MockKube, ZooKeeperBackend}
+import org.podsweep.testkit.{EtcdBackend, EtcdServer, HaBackend, ZooKeeperBackend}
 
 /**
  * Today's Kyuubi cleanup vs podsweep, on embedded infrastructure: a Curator TestingServer as
@@ -16,7 +16,10 @@ import org.podsweep.testkit.{EtcdBackend, EtcdServer, HaBackend, MockKube, ZooKe
  * themselves are [[Phases]] (shared with the `deletes_per_pod` bench).
  *
  * Usage: Demo [--servers N] [--scopes M] [--pods P] [--retain-ms R] [--backend zookeeper|etcd] [--faults]
- *   [--out FILE] [--report DIR]
+ *   [--podsweep patch|drop-in|standalone] [--api mock|pods-api] [--out FILE] [--report DIR]
+ * `--podsweep` picks how podsweep reaches Kyuubi in phase 2 (see [[Phases.Spec]]); the API server is
+ * the fabric8 CRUD mock for `patch` and [[org.podsweep.testkit.PodsApi]] (which serves the HTTP
+ * watches podsweep's own watch needs) otherwise, unless `--api` says which.
  * The report (a table, then one JSON line) goes to stdout and, with --out, to FILE. With --report,
  * the podsweep phase includes a failover (pods terminate in two waves; the first scope's leader is
  * closed while the first wave is being cleaned) and DIR gets `report.txt` (the same report) and
@@ -32,9 +35,13 @@ object Demo {
       faults: Boolean = false,
       out: Option[File] = None,
       reportDir: Option[File] = None,
-      log: String = "target/demo-output.log") {
+      log: String = "target/demo-output.log",
+      mode: String = "patch",
+      api: Option[String] = None) {
     def spec: Phases.Spec = Phases.Spec(servers, scopes, pods, retainMs, faults = faults,
-      failover = reportDir.isDefined, progress = Demo.progress)
+      failover = reportDir.isDefined, mode = mode, progress = Demo.progress)
+    /** The API server: the fabric8 CRUD mock, unless podsweep watches pods itself (it needs HTTP watches). */
+    def apiName: String = api.getOrElse(if (mode == "patch") "mock" else "pods-api")
   }
 
   def main(argv: Array[String]): Unit = {
@@ -64,6 +71,8 @@ object Demo {
     case "--out" :: v :: t => parse(t, a.copy(out = Some(new File(v))))
     case "--report" :: v :: t => parse(t, a.copy(reportDir = Some(new File(v))))
     case "--log" :: v :: t => parse(t, a.copy(log = v))
+    case "--podsweep" :: v :: t if Phases.Modes.contains(v) => parse(t, a.copy(mode = v))
+    case "--api" :: v :: t if org.podsweep.testkit.TestApi.Names.contains(v) => parse(t, a.copy(api = Some(v)))
     case other => throw new IllegalArgumentException(s"unknown arguments: ${other.mkString(" ")}")
   }
 
@@ -79,7 +88,7 @@ object Demo {
       case _ => new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = 6000)
     }
     try {
-      val kube = new MockKube
+      val kube = org.podsweep.testkit.TestApi.start(a.apiName)
       val admin = kube.client("demo-admin")
       try {
         progress(s"HA backend $ha, mock API server at ${kube.url}; logs in ${a.log}")
@@ -97,7 +106,8 @@ object Demo {
   def parameters(a: Args): String =
     s"${a.servers} servers, ${a.scopes} scopes (namespaces), ${a.pods} terminated Spark driver pods " +
       s"+ ${4 * a.scopes} decoys, retain period ${a.retainMs} ms, HA backend ${a.backend}" +
-      (if (a.faults) ", DELETE faults injected" else "")
+      (if (a.faults) ", DELETE faults injected" else "") +
+      s", podsweep as ${a.mode}, API server ${a.apiName}"
 
   // ---------------------------------------------------------------------------------------------
   // Report
@@ -107,6 +117,8 @@ object Demo {
     case Phases.PatchedKind => "Kyuubi 1.12.0's KubernetesApplicationOperation with the podsweep patch, one JVM per server"
     case Phases.ModelKind => "a model of Kyuubi's cleanup (Kyuubi not built)"
     case Phases.LogicalKind => "podsweep's Java API fed by fabric8 informers in the demo JVM (Kyuubi not built)"
+    case Phases.DropinKind => "Kyuubi 1.12.0 as released (its cleaner off) with podsweep's drop-in jar, one JVM per server"
+    case Phases.StandaloneKind => "podsweep's standalone daemon, one process per server"
     case other => other
   }
 
@@ -190,7 +202,9 @@ object Demo {
       "baseline_seconds" -> f"${b.seconds}%.1f",
       "baseline_failed_to_delete_lines" -> b.failedToDelete.toString,
       "baseline_kind" -> str(b.kind),
-      "podsweep_kind" -> str(p.kind)
+      "podsweep_kind" -> str(p.kind),
+      "pod_watches" -> p.podWatches.toString,
+      "api_server" -> str(a.apiName)
     ) ++ failover)
     line(json)
     val text = out.toString

@@ -7,7 +7,7 @@ import scala.collection.JavaConverters._
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, Recorded, TestApi}
+import org.podsweep.testkit.{DeleteFaults, FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogCapture, LogicalServer, PodsweepDaemon, Recorded, TestApi}
 
 /**
  * The workload, the two phases and the judge shared by the demo, the `deletes_per_pod` bench and
@@ -30,6 +30,15 @@ object Phases {
   val ModelKind = "model"
   /** Phase 2's kind without Kyuubi: podsweep's Java API fed by fabric8 informers in this JVM. */
   val LogicalKind = "logical-servers"
+  /** Phase 2 as stock Kyuubi 1.12.0 with podsweep's drop-in provider (self-watch mode). */
+  val DropinKind: String = KyuubiHome.Dropin.label
+  /** Phase 2 as the standalone daemon (self-watch mode), next to servers that do not clean. */
+  val StandaloneKind = "standalone"
+  /** The User-Agent prefix of podsweep's own requests to the Kubernetes API. */
+  val PodsweepAgent = "podsweep/"
+
+  /** How podsweep reaches Kyuubi in phase 2: `patch`, `drop-in` or `standalone`. */
+  val Modes: Seq[String] = Seq("patch", "drop-in", "standalone")
 
   /** The kind phase 1 runs as, and why not the real class when it cannot. */
   def baselineKind(s: Spec): (String, Option[String]) =
@@ -37,9 +46,17 @@ object Phases {
     else KyuubiHome.stockMissing.map(w => (ModelKind, Some(w))).getOrElse((StockKind, None))
 
   /** The kind phase 2 runs as, and why not the real class when it cannot. */
-  def podsweepKind(s: Spec): (String, Option[String]) =
-    if (!s.realKyuubi) (LogicalKind, Some("asked for logical servers"))
-    else KyuubiHome.patchedMissing.map(w => (LogicalKind, Some(w))).getOrElse((PatchedKind, None))
+  def podsweepKind(s: Spec): (String, Option[String]) = s.mode match {
+    case "drop-in" =>
+      KyuubiHome.dropinMissing.foreach(w => throw new IllegalStateException(s"the drop-in cannot run: $w"))
+      (DropinKind, None)
+    case "standalone" =>
+      PodsweepDaemon.missing.foreach(w => throw new IllegalStateException(s"the daemon cannot run: $w"))
+      (StandaloneKind, None)
+    case _ =>
+      if (!s.realKyuubi) (LogicalKind, Some("asked for logical servers"))
+      else KyuubiHome.patchedMissing.map(w => (LogicalKind, Some(w))).getOrElse((PatchedKind, None))
+  }
 
   /**
    * What a phase runs.
@@ -58,6 +75,10 @@ object Phases {
    *                     so a real API server deletes them gracefully (Terminating, then gone)
    * @param logDir       where the Kyuubi servers' logs go
    * @param podPrefix    prefixes every pod name (several workloads in one namespace)
+   * @param mode         phase 2's podsweep: `patch` (patched Kyuubi, fed by Kyuubi's informers),
+   *                     `drop-in` (stock Kyuubi with the drop-in, cleaner off: kind NONE) or
+   *                     `standalone` (the daemon); the last two watch pods themselves, which needs
+   *                     an API server that serves HTTP watches ([[org.podsweep.testkit.PodsApi]])
    */
   final case class Spec(
       servers: Int,
@@ -72,6 +93,7 @@ object Phases {
       realKyuubi: Boolean = true,
       sidecar: Boolean = false,
       podPrefix: String = "",
+      mode: String = "patch",
       logDir: java.nio.file.Path = java.nio.file.Paths.get("target", "kyuubi-logs"),
       progress: String => Unit = _ => ()) {
     def quiet: Long = quietMs.getOrElse(retainMs + 2000)
@@ -129,6 +151,8 @@ object Phases {
       endMillis: Long = 0L,
       samples: Seq[LeaderSample] = Nil,
       failedToDelete: Int = 0,
+      /** Pod watches podsweep itself opened (its User-Agent), summed over servers. */
+      podWatches: Int = 0,
       marks: Seq[Mark] = Nil,
       failover: Option[Failover] = None) {
     def requests: Int = deletes.size
@@ -257,6 +281,9 @@ object Phases {
     if (kind == StockKind) baselineKyuubi(s, kube, admin) else baselineModel(s, kube, admin)
   }
 
+  /** A WARN or ERROR record in the daemon's log (tracing's format: `<time>  WARN <target>: ...`). */
+  private val DaemonLoud = "^\\S+\\s+(WARN|ERROR)\\s".r
+
   /** A WARN or ERROR line of a Kyuubi server's log (pattern `%d %p %c{1}: %m`). */
   private val Loud = "^\\S+ (WARN|ERROR) .*".r
 
@@ -270,13 +297,15 @@ object Phases {
       kube: TestApi,
       phase: String,
       nss: Seq[String],
-      extra: Map[String, String]): Seq[KyuubiServer] = {
+      extra: Map[String, String],
+      mode: KyuubiHome.Mode = KyuubiHome.OperationOnly): Seq[KyuubiServer] = {
     val dir = s.logDir.toAbsolutePath.resolve(s"$phase-${System.currentTimeMillis()}")
     val started = scala.collection.mutable.ArrayBuffer.empty[KyuubiServer]
     try {
       (1 to s.servers).foreach { i =>
         val name = s"server-$i"
-        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, nss, s.retainMs) ++ s.stateConf ++ extra, dir)
+        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, nss, s.retainMs) ++ s.stateConf ++ extra, dir,
+          mode = mode)
       }
       s.progress(s"${s.servers} ${kind.label} servers started (logs in $dir)")
       started.toVector
@@ -338,7 +367,13 @@ object Phases {
     val nss = s.namespaces("podsweep")
     val (kind, why) = podsweepKind(s)
     if (s.realKyuubi) why.foreach(w => s.progress(s"phase 2 runs podsweep in logical servers, not in Kyuubi: $w"))
-    s.progress(s"phase 2 (podsweep): ${s.servers} ${if (kind == PatchedKind) "patched Kyuubi 1.12.0 " else ""}servers, " +
+    val what = kind match {
+      case PatchedKind => "patched Kyuubi 1.12.0 servers"
+      case DropinKind => "stock Kyuubi 1.12.0 servers with podsweep's drop-in"
+      case StandaloneKind => "podsweep daemons"
+      case _ => "servers"
+    }
+    s.progress(s"phase 2 (podsweep): ${s.servers} $what, " +
       s"leader per scope elected through ${ha.name}" +
       (if (s.faults) ", DELETE faults injected" else "") + (if (s.failover) ", failover of the first scope's leader" else ""))
     val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
@@ -351,9 +386,25 @@ object Phases {
     val logs = new LogCapture
     val phaseStart = System.currentTimeMillis()
     val podsweepConf = Map("kyuubi.ha.namespace" -> "kyuubi-demo") ++ ha.kyuubiConf ++ faultConf ++ s.stateConf ++ s.sweeperConf
-    val kyuubi: Seq[KyuubiServer] =
-      if (kind == PatchedKind) startKyuubi(s, KyuubiHome.Patched, kube, "podsweep", nss, podsweepConf) else Nil
-    val servers: Seq[FleetServer] = if (kind == PatchedKind) kyuubi else (1 to s.servers).map { i =>
+    // Self-watch servers: Kyuubi's own cleaner off (drop-in), podsweep's kind in its own key.
+    val selfWatch = Map(P + "kind" -> "NONE", P + "watch.kind" -> "ALL")
+    val kyuubi: Seq[KyuubiServer] = kind match {
+      case PatchedKind => startKyuubi(s, KyuubiHome.Patched, kube, "podsweep", nss, podsweepConf)
+      case DropinKind => startKyuubi(s, KyuubiHome.Dropin, kube, "podsweep", nss, podsweepConf ++ selfWatch, KyuubiHome.Manager)
+      case _ => Nil
+    }
+    val daemons: Seq[PodsweepDaemon] = if (kind != StandaloneKind) Nil else {
+      val dir = s.logDir.toAbsolutePath.resolve(s"daemons-${System.currentTimeMillis()}")
+      (1 to s.servers).map { i =>
+        new PodsweepDaemon(s"server-$i", Map(
+          "kyuubi.kubernetes.master.address" -> kube.url,
+          "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
+          "kyuubi.kubernetes.client.initialize.list" -> nss.map(ns => s":$ns").mkString(","),
+          P + "kind" -> "ALL",
+          "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> s.retainMs.toString) ++ podsweepConf, dir)
+      }
+    }
+    val servers: Seq[FleetServer] = if (kyuubi.nonEmpty) kyuubi else if (daemons.nonEmpty) daemons else (1 to s.servers).map { i =>
       val conf = Map(
         "kyuubi.kubernetes.master.address" -> kube.url,
         "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
@@ -415,7 +466,11 @@ object Phases {
           s.progress(s"phase 2: ${victim.name} (leader of ${itsScopes.mkString(", ")}) closed in ${closedAt - stopAt} ms; " +
             taken.toSeq.sorted.map { case (ns, (o, at)) => s"$ns -> ${o} after ${at - stopAt} ms" }.mkString(", ") +
             s" (leaders before: ${led.map(_.name).mkString(", ")})")
-          val how = if (kind == PatchedKind) "Kyuubi stop()" else "graceful close()"
+          val how = kind match {
+            case PatchedKind | DropinKind => "Kyuubi stop()"
+            case StandaloneKind => "SIGTERM"
+            case _ => "graceful close()"
+          }
           failover = Some(Failover(scope, victim.name, how, stopAt, closedAt,
             itsScopes.map(ns => Successor(ns, taken.get(ns).map(_._1), taken.get(ns).map(_._2), None))))
           marks :+= Mark(stopAt, s"${victim.name} closed")
@@ -437,14 +492,22 @@ object Phases {
         c -> (live.flatMap(l => nss.map(ns => l.status(ns).outcome(c))).sum + closedOutcomes.getOrElse(c, 0L))).toMap
       // With Kyuubi servers podsweep runs in their JVMs, and their logs are what counts; this JVM's
       // native records would only hold leftovers of earlier in-process sweepers.
-      val loud = if (kind == PatchedKind) loudLines(kyuubi) else logs.records.count(_.warnOrError)
+      val loud =
+        if (kyuubi.nonEmpty) loudLines(kyuubi)
+        else if (daemons.nonEmpty) daemons.map(_.log.count(l => DaemonLoud.pattern.matcher(l).find())).sum
+        else logs.records.count(_.warnOrError)
       explainLeaks(s, admin, nss, w, servers, live)
       val problems = servers.flatMap(_.problems)
       if (problems.nonEmpty) s.progress(s"server problems: ${problems.take(3).mkString("; ")}")
       sampler.close()
       servers.foreach(l => scala.util.Try(l.close()))
       val endMillis = System.currentTimeMillis()
-      val label = if (kind == PatchedKind) s"podsweep (Kyuubi, ${ha.name})" else s"podsweep (${ha.name} leader)"
+      val label = kind match {
+        case PatchedKind => s"podsweep (Kyuubi, ${ha.name})"
+        case DropinKind => s"podsweep (drop-in, ${ha.name})"
+        case StandaloneKind => s"podsweep (daemon, ${ha.name})"
+        case _ => s"podsweep (${ha.name} leader)"
+      }
       val r = judge(label, kind, s, kube, admin, nss, w, loud, startedAt)
         .copy(failedToDelete = kyuubi.map(_.logLines("Failed to delete pod").size).sum)
       // The successors' first DELETEs, now that every request is recorded.
@@ -453,7 +516,8 @@ object Phases {
         x.copy(firstDeleteAtMillis = if (first.isEmpty) None else Some(first.map(_.atMillis).min))
       }))
       r.copy(leaders = elected, outcomes = outcomes, injected = faults.map(_.injected).getOrElse(Map.empty),
-        startMillis = phaseStart, endMillis = endMillis, samples = sampler.samples, marks = marks, failover = fo)
+        startMillis = phaseStart, endMillis = endMillis, samples = sampler.samples, marks = marks, failover = fo,
+        podWatches = kube.watchRequests(PodsweepAgent, phaseStart, nss))
     } finally {
       sampler.close()
       servers.foreach(l => scala.util.Try(l.close()))

@@ -20,7 +20,8 @@ final case class Recorded(
     body: String,
     atMillis: Long,
     status: Int,
-    injected: Option[DeleteFault] = None) {
+    injected: Option[DeleteFault] = None,
+    userAgent: String = "") {
   /** The path without its query string. */
   def bare: String = path.takeWhile(_ != '?')
 
@@ -73,7 +74,8 @@ final class MockKube extends TestApi {
         .flatMap(p => scala.util.Try(p(1).toInt).toOption).getOrElse(0)
       // A dropped connection carries no status.
       val code = if (fault.contains(DeleteFault.Disconnect)) 0 else answered
-      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, at, code, fault))
+      recorded.add(Recorded(request.getMethod, request.getPath, bearer, body, at, code, fault,
+        Option(request.getHeader("User-Agent")).getOrElse("")))
       response
     }
     override def shutdown(): Unit = mixed.shutdown()
@@ -85,6 +87,10 @@ final class MockKube extends TestApi {
   override def injectDeleteFaults(f: DeleteFaults): Unit = faults = Some(f)
 
   override def clearDeleteFaults(): Unit = faults = None
+
+  override def watchRequests(agent: String, sinceMillis: Long, namespaces: Seq[String]): Int =
+    requests.count(r => r.method == "GET" && r.path.contains("watch=true") && r.userAgent.startsWith(agent) &&
+      r.atMillis >= sinceMillis && namespaces.exists(ns => r.bare == s"/api/v1/namespaces/$ns/pods"))
 
   private def statusJson(code: Int, reason: String, message: String): String =
     s"""{"apiVersion":"v1","kind":"Status","metadata":{},"status":"Failure","message":"$message","reason":"$reason","code":$code}"""

@@ -35,6 +35,9 @@ trait TestApi extends AutoCloseable {
 
   /** Makes every DELETE of one pod answer `code` with a Kubernetes Status body. */
   def failDeletes(namespace: String, pod: String, code: Int, reason: String, message: String): Unit
+
+  /** Watch requests on pods of `namespaces` since `sinceMillis` whose User-Agent starts with `agent`. */
+  def watchRequests(agent: String, sinceMillis: Long, namespaces: Seq[String]): Int
 }
 
 object TestApi {
@@ -80,6 +83,9 @@ final class PodsApiServer(val api: PodsApi) extends TestApi {
   override def injectDeleteFaults(f: DeleteFaults): Unit = faults = Some(f)
 
   override def clearDeleteFaults(): Unit = faults = None
+
+  override def watchRequests(agent: String, sinceMillis: Long, namespaces: Seq[String]): Int =
+    api.watches(agent).count(r => r.atMillis >= sinceMillis && namespaces.contains(r.namespace))
 
   override def failDeletes(namespace: String, pod: String, code: Int, reason: String, message: String): Unit =
     failing.put((namespace, pod), ApiFault.Answer(code, reason, message))
