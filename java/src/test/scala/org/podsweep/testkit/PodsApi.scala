@@ -12,7 +12,7 @@ import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import com.sun.net.httpserver.{HttpExchange, HttpServer}
-import io.fabric8.kubernetes.api.model.{DeleteOptions, ListMetaBuilder, Pod, PodList}
+import io.fabric8.kubernetes.api.model.{DeleteOptions, Pod}
 import io.fabric8.kubernetes.client.KubernetesClient
 import io.fabric8.kubernetes.client.utils.KubernetesSerialization
 
@@ -282,12 +282,10 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
     val (items, at) = lock.synchronized {
       (pods.iterator.collect { case ((n, _), p) if n == ns && matches(selector, labels(p)) => p }.toVector, rv)
     }
-    val l = new PodList()
-    l.setApiVersion("v1")
-    l.setKind("PodList")
-    l.setMetadata(new ListMetaBuilder().withResourceVersion(at.toString).build())
-    l.setItems(items.asJava)
-    serde.asJson(l)
+    // Written by hand: fabric8's serializer leaves out an empty `items`, which a real server always
+    // sends (and kube-rs requires).
+    s"""{"apiVersion":"v1","kind":"PodList","metadata":{"resourceVersion":"$at"},"items":""" +
+      items.map(p => serde.asJson(p)).mkString("[", ",", "]}")
   }
 
   private def create(ns: String, pod: Pod): (Int, String) = lock.synchronized {
@@ -383,6 +381,10 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
       } else {
         replay.foreach(send)
         out.flush()
+        // A client that asked for bookmarks gets one after each quiet second, as a real server
+        // sends them: it also tells this server when the client has gone (the write fails).
+        val bookmarks = query.get("allowWatchBookmarks").contains("true")
+        var lastWrite = System.currentTimeMillis()
         while (!closed && !w.dropped && System.currentTimeMillis() < until) {
           val first = w.queue.poll(100, TimeUnit.MILLISECONDS)
           if (first != null) {
@@ -390,6 +392,12 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
             var next = w.queue.poll()
             while (next != null) { send(next); next = w.queue.poll() }
             out.flush()
+            lastWrite = System.currentTimeMillis()
+          } else if (bookmarks && System.currentTimeMillis() - lastWrite >= 1000) {
+            val at = lock.synchronized(rv)
+            send(s"""{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"$at"}}}""")
+            out.flush()
+            lastWrite = System.currentTimeMillis()
           }
         }
       }

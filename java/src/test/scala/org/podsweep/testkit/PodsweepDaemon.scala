@@ -22,9 +22,10 @@ final class PodsweepDaemon(val name: String, conf: Map[String, String], logDir: 
   private val process: Process = {
     val bin = PodsweepDaemon.binary.getOrElse(throw new IllegalStateException(PodsweepDaemon.missing.get))
     Files.createDirectories(logDir)
-    // Kyuubi's file syntax: `key value` lines.
+    // Kyuubi's file syntax (Java properties), as `key=value`: with `key value` a value starting with
+    // ':' (an initialize-list entry without a context) would lose it to the separator.
     val confFile = logDir.resolve(s"$name-kyuubi-defaults.conf")
-    Files.write(confFile, conf.map { case (k, v) => s"$k $v" }.mkString("# podsweep daemon test\n", "\n", "\n")
+    Files.write(confFile, conf.map { case (k, v) => s"$k=$v" }.mkString("# podsweep daemon test\n", "\n", "\n")
       .getBytes(StandardCharsets.UTF_8))
     new ProcessBuilder(bin.getAbsolutePath, "--config", confFile.toString, "--server-id", name,
       "--listen", "127.0.0.1:0", "--log-level", "info")

@@ -55,17 +55,13 @@ object KyuubiProcess {
     // What is driven: the operations Kyuubi's manager loaded (or the one class), and how it stops.
     val (ops, stopAll): (Seq[AnyRef], () => Unit) = mode match {
       case "--server" =>
-        val o = serverOperation(conf)
-        (Seq(o), () => o.stop())
+        val loaded = serverOperations(conf)
+        (loaded, () => loaded.foreach(o => o.getClass.getMethod("stop").invoke(o)))
       case "--manager" =>
         val manager = new KyuubiApplicationManager(None)
         manager.initialize(conf)
         manager.start()
-        val loaded = manager.getClass.getDeclaredFields.find(_.getName.endsWith("operations")).map { f =>
-          f.setAccessible(true)
-          f.get(manager).asInstanceOf[Seq[AnyRef]]
-        }.getOrElse(Nil)
-        (loaded, () => manager.stop())
+        (managerOperations(manager), () => manager.stop())
       case _ =>
         val o = new KubernetesApplicationOperation()
         o.initialize(conf, None)
@@ -108,20 +104,23 @@ object KyuubiProcess {
   }
 
   /**
-   * Starts a Kyuubi server and returns the KubernetesApplicationOperation its application manager
-   * loaded (reached by reflection: the accessors are private to Kyuubi's packages).
+   * Starts a Kyuubi server and returns the operations its application manager loaded (reached by
+   * reflection: the accessors are private to Kyuubi's packages).
    */
-  private def serverOperation(conf: KyuubiConf): KubernetesApplicationOperation = {
+  private def serverOperations(conf: KyuubiConf): Seq[AnyRef] = {
     org.apache.kyuubi.server.KyuubiServer.startServer(conf)
     def get(target: AnyRef, name: String): AnyRef = target.getClass.getMethod(name).invoke(target)
     val module = Class.forName("org.apache.kyuubi.server.KyuubiServer$").getField("MODULE$").get(null)
     val server = get(module, "kyuubiServer")
-    val manager = get(get(get(server, "backendService"), "sessionManager"), "applicationManager")
-    get(manager, "getKubernetesApplicationOperation") match {
-      case Some(op: KubernetesApplicationOperation) => op
-      case other => throw new IllegalStateException(s"no KubernetesApplicationOperation in the server: $other")
-    }
+    managerOperations(get(get(get(server, "backendService"), "sessionManager"), "applicationManager"))
   }
+
+  /** The operations a KyuubiApplicationManager loaded (its private `operations`). */
+  private def managerOperations(manager: AnyRef): Seq[AnyRef] =
+    manager.getClass.getDeclaredFields.find(_.getName.endsWith("operations")).map { f =>
+      f.setAccessible(true)
+      f.get(manager).asInstanceOf[Seq[AnyRef]]
+    }.getOrElse(Nil)
 
   private def opt(s: String): Option[String] = if (s == "-") None else Some(s)
   private def dash(s: String): String = if (s == null || s.isEmpty) "-" else s
