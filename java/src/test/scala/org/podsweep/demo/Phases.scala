@@ -287,8 +287,14 @@ object Phases {
   /** A WARN or ERROR line of a Kyuubi server's log (pattern `%d %p %c{1}: %m`). */
   private val Loud = "^\\S+ (WARN|ERROR) .*".r
 
+  /**
+   * Hadoop's start-up notice that it found no native library, printed once by each JVM that runs
+   * Kyuubi's application manager (the drop-in's mode): not about cleanup, so not counted.
+   */
+  private val HadoopNative = "WARN NativeCodeLoader: Unable to load native-hadoop library"
+
   private[podsweep] def loudLines(servers: Seq[KyuubiServer]): Int =
-    servers.map(_.log.count(l => Loud.pattern.matcher(l).matches())).sum
+    servers.map(_.log.count(l => Loud.pattern.matcher(l).matches() && !l.contains(HadoopNative))).sum
 
   /** N Kyuubi servers of `kind` on the namespaces, started one after the other, as a fleet is. */
   private[podsweep] def startKyuubi(
@@ -499,6 +505,9 @@ object Phases {
       explainLeaks(s, admin, nss, w, servers, live)
       val problems = servers.flatMap(_.problems)
       if (problems.nonEmpty) s.progress(s"server problems: ${problems.take(3).mkString("; ")}")
+      // Counted before the servers close: each close hands the scope to the next server, whose
+      // new watch belongs to the shutdown, not to the cleanup measured here.
+      val podWatches = kube.watchRequests(PodsweepAgent, phaseStart, nss)
       sampler.close()
       servers.foreach(l => scala.util.Try(l.close()))
       val endMillis = System.currentTimeMillis()
@@ -517,7 +526,7 @@ object Phases {
       }))
       r.copy(leaders = elected, outcomes = outcomes, injected = faults.map(_.injected).getOrElse(Map.empty),
         startMillis = phaseStart, endMillis = endMillis, samples = sampler.samples, marks = marks, failover = fo,
-        podWatches = kube.watchRequests(PodsweepAgent, phaseStart, nss))
+        podWatches = podWatches)
     } finally {
       sampler.close()
       servers.foreach(l => scala.util.Try(l.close()))
