@@ -346,21 +346,31 @@ pub(crate) async fn drive<C: Connect>(
             }
         }
     };
+    // The session this scope keeps using after a failed campaign, while it lives.
+    let mut kept: Option<Arc<C::Session>> = None;
     loop {
-        let acquired = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break,
-            s = pool.acquire(&identity) => s,
-        };
-        let session = match acquired {
-            Ok(s) => s,
-            Err(reason) => {
-                warn!(scope = %r.scope, "{reason}");
-                r.no_quorum(&reason);
-                if rest(backoff.next_delay()).await {
-                    continue;
+        let session = match kept.take() {
+            Some(s) if is_live(&*s) => s,
+            stale => {
+                if let Some(s) = stale {
+                    pool.release(&identity, s).await;
                 }
-                break;
+                let acquired = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    s = pool.acquire(&identity) => s,
+                };
+                match acquired {
+                    Ok(s) => s,
+                    Err(reason) => {
+                        warn!(scope = %r.scope, "{reason}");
+                        r.no_quorum(&reason);
+                        if rest(backoff.next_delay()).await {
+                            continue;
+                        }
+                        break;
+                    }
+                }
             }
         };
         let started = Instant::now();
@@ -370,22 +380,28 @@ pub(crate) async fn drive<C: Connect>(
             _ = cancel.cancelled() => End::Cancelled,
             _held = turn.lock() => term(&session, &scope, &r, &cancel).await,
         };
-        let stable = started.elapsed() >= session.stable_after();
-        let described = session.describe();
-        pool.release(&identity, session).await;
         match end {
-            End::Cancelled => break,
+            End::Cancelled => {
+                pool.release(&identity, session).await;
+                break;
+            }
             End::Lost(reason) => {
+                let described = session.describe();
                 warn!(scope = %r.scope, session = %described, "campaign ended: {reason}");
                 r.follow(&reason);
-                if stable {
+                if started.elapsed() >= session.stable_after() {
                     backoff.reset();
                 }
+                // A failed campaign tries again on the same session; a lost session is let go.
+                kept = Some(session);
                 if !rest(backoff.next_delay()).await {
                     break;
                 }
             }
         }
+    }
+    if let Some(s) = kept {
+        pool.release(&identity, s).await;
     }
     r.follow("closed");
 }
@@ -500,7 +516,7 @@ async fn lead<S: Session>(
                 } else if r.signal.current() != Leadership::Paused {
                     r.no_quorum(reason);
                 }
-                why = "contact confirmed again".into();
+                why = format!("reconnected after \"{reason}\"; seat confirmed again");
             }
             Health::Down(reason) => {
                 (confirmed, proven, confirm, retry_at) = (false, None, None, None);
