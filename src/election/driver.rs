@@ -584,3 +584,129 @@ pub(crate) async fn sleep_until_some(deadline: Option<Instant>) {
         None => pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Sessions that count how often they were opened and closed.
+    #[derive(Default)]
+    struct Counting {
+        opened: Arc<AtomicUsize>,
+        closed: Arc<AtomicUsize>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    struct Fake {
+        health: watch::Sender<Health>,
+        closed: Arc<AtomicUsize>,
+    }
+
+    impl Connect for Counting {
+        type Session = Fake;
+
+        fn connect(&self, _identity: &str) -> BoxFuture<'static, Result<Fake, String>> {
+            let (opened, closed) = (self.opened.clone(), self.closed.clone());
+            let fail = self.fail.load(Ordering::SeqCst);
+            Box::pin(async move {
+                // Long enough for every other caller to queue up behind this attempt.
+                sleep(Duration::from_millis(20)).await;
+                if fail {
+                    return Err("refused".into());
+                }
+                opened.fetch_add(1, Ordering::SeqCst);
+                let (health, _) = watch::channel(Health::Up { until: None });
+                Ok(Fake { health, closed })
+            })
+        }
+
+        fn backoff(&self) -> (Duration, Duration) {
+            (Duration::from_millis(1), Duration::from_millis(1))
+        }
+    }
+
+    impl Session for Fake {
+        fn describe(&self) -> String {
+            "fake".into()
+        }
+        fn health(&self) -> watch::Receiver<Health> {
+            self.health.subscribe()
+        }
+        fn margin(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn stable_after(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn election(&self, scope: &Scope) -> String {
+            scope.encoded()
+        }
+        fn contend(
+            self: Arc<Self>,
+            _scope: &Scope,
+            _identity: &str,
+        ) -> BoxFuture<'static, Result<Box<dyn Seat>, String>> {
+            Box::pin(pending())
+        }
+        fn abandon(self: Arc<Self>, _scope: &Scope) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+        fn close(self: Arc<Self>) -> BoxFuture<'static, ()> {
+            self.closed.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn one_session_per_identity_shared_and_closed_by_the_last_user() {
+        let c = Counting::default();
+        let (opened, closed, fail) = (c.opened.clone(), c.closed.clone(), c.fail.clone());
+        let pool = Arc::new(Pool::new(c));
+        let grabs = (0..20).map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.acquire("server-a").await })
+        });
+        let mut sessions = Vec::new();
+        for g in grabs {
+            sessions.push(g.await.expect("task").expect("session"));
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        assert!(sessions.iter().all(|s| Arc::ptr_eq(s, &sessions[0])));
+        // Another identity gets its own.
+        let other = pool.acquire("server-b").await.expect("session");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+
+        let last = sessions.pop().expect("one");
+        for s in sessions {
+            pool.release("server-a", s).await;
+        }
+        assert_eq!(closed.load(Ordering::SeqCst), 0);
+        pool.release("server-a", last).await;
+        assert_eq!(closed.load(Ordering::SeqCst), 1);
+
+        // A lost session is replaced by one new session for everybody.
+        let again = pool.acquire("server-b").await.expect("session");
+        assert!(Arc::ptr_eq(&again, &other));
+        other.health.send_replace(Health::Lost("expired".into()));
+        let renewed: Vec<_> = futures::future::join_all((0..5).map(|_| pool.acquire("server-b")))
+            .await
+            .into_iter()
+            .map(|r| r.expect("session"))
+            .collect();
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+        assert!(renewed.iter().all(|s| !Arc::ptr_eq(s, &other)));
+
+        // Callers queued behind a failed attempt get its error rather than trying again at once.
+        fail.store(true, Ordering::SeqCst);
+        renewed[0]
+            .health
+            .send_replace(Health::Lost("expired".into()));
+        let failed = futures::future::join_all((0..5).map(|_| pool.acquire("server-b"))).await;
+        assert!(failed
+            .iter()
+            .all(|r| r.as_ref().err().map(String::as_str) == Some("refused")));
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+}
