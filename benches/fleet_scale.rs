@@ -223,12 +223,13 @@ impl Coordinator {
 /// Which scopes each server process says it leads.
 struct Fleet {
     children: Vec<Option<Child>>,
-    leading: Arc<Mutex<Vec<HashSet<usize>>>>,
+    /// Per server, the scopes it leads; `None` once it is dead.
+    leading: Arc<Mutex<Vec<Option<HashSet<usize>>>>>,
 }
 
 impl Fleet {
     fn spawn(conf: &HashMap<String, String>, scopes: usize) -> Fleet {
-        let leading = Arc::new(Mutex::new(vec![HashSet::new(); SERVERS]));
+        let leading = Arc::new(Mutex::new(vec![Some(HashSet::new()); SERVERS]));
         let mut children = Vec::new();
         for server in 0..SERVERS {
             let spec = json!({"conf": conf, "scopes": scopes, "server": server});
@@ -244,15 +245,19 @@ impl Fleet {
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
                     let mut l = leading.lock().unwrap_or_else(|p| p.into_inner());
+                    // Lines still buffered from a killed server do not count.
+                    let Some(set) = l[server].as_mut() else {
+                        break;
+                    };
                     if let Some(i) = line.strip_prefix("LEAD ").and_then(|i| i.parse().ok()) {
-                        l[server].insert(i);
+                        set.insert(i);
                     } else if let Some(i) = line.strip_prefix("DROP ").and_then(|i| i.parse().ok())
                     {
-                        l[server].remove(&i);
+                        set.remove(&i);
                     }
                 }
                 // The process is gone: it leads nothing.
-                leading.lock().unwrap_or_else(|p| p.into_inner())[server].clear();
+                leading.lock().unwrap_or_else(|p| p.into_inner())[server] = None;
             });
             children.push(Some(child));
         }
@@ -260,10 +265,8 @@ impl Fleet {
     }
 
     fn leading(&self) -> Vec<HashSet<usize>> {
-        self.leading
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        let l = self.leading.lock().unwrap_or_else(|p| p.into_inner());
+        l.iter().map(|s| s.clone().unwrap_or_default()).collect()
     }
 
     /// How many servers lead each scope.
@@ -279,6 +282,8 @@ impl Fleet {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // Dead, it leads nothing, whether or not its reader has seen the end of its output yet.
+        self.leading.lock().unwrap_or_else(|p| p.into_inner())[server] = None;
     }
 }
 
