@@ -620,3 +620,177 @@ async fn unreachable_etcd_means_no_quorum() {
         "close waits for no backoff"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// One lease per server
+// ---------------------------------------------------------------------------------------------
+
+/// Every lease the server holds (`LeaseLeases`).
+async fn leases(server: &EtcdServer) -> Vec<i64> {
+    let mut client = server.client().await;
+    let got = client.leases().await.expect("lease list");
+    let mut ids: Vec<i64> = got.leases().iter().map(|l| l.id()).collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// Waits until the server holds exactly `n` leases; returns them.
+async fn wait_leases(server: &EtcdServer, n: usize) -> Vec<i64> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let ids = leases(server).await;
+        if ids.len() == n {
+            return ids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {n} leases, got {ids:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The distinct leases of `identity`'s keys in the elections of `scopes`.
+async fn leases_of(server: &EtcdServer, scopes: &[Scope], identity: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for s in scopes {
+        for c in candidates(server, s).await {
+            if c.identity == identity {
+                ids.push(c.lease);
+            }
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_scopes_share_one_lease_and_close_one_at_a_time() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let server = EtcdServer::start();
+    let etcd = backend(&server.endpoint(), 3);
+    let scopes: Vec<Scope> = (0..50)
+        .map(|i| Scope::new(Some("kind-dev"), Some(&format!("ns-{i:02}"))))
+        .collect();
+    let mut handles: Vec<ElectionHandle> = scopes
+        .iter()
+        .map(|s| ElectionHandle::start(&etcd, s.clone(), "server-a".into()))
+        .collect();
+    for h in &handles {
+        wait_state(h, Leadership::Leading, Duration::from_secs(20)).await;
+    }
+    // Counted on the server: one lease, and it carries all 50 election keys.
+    let ids = wait_leases(&server, 1).await;
+    assert_eq!(leases_of(&server, &scopes, "server-a").await, ids);
+
+    // Closing one scope deletes its key only; the others keep leading on the same lease.
+    let closed = handles.remove(7);
+    closed.close().await;
+    assert!(candidates(&server, &scopes[7]).await.is_empty());
+    for (i, s) in scopes.iter().enumerate().filter(|(i, _)| *i != 7) {
+        assert_eq!(candidates(&server, s).await.len(), 1, "scope {i}");
+    }
+    assert!(handles.iter().all(|h| h.may_act()));
+    assert_eq!(leases(&server).await, ids);
+
+    // Closing the last scope revokes the lease.
+    for h in handles {
+        h.close().await;
+    }
+    wait_leases(&server, 0).await;
+    for s in &scopes {
+        assert!(candidates(&server, s).await.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_lease_recampaigns_every_scope_on_one_new_lease() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let server = EtcdServer::start();
+    let (a, b) = (
+        backend(&server.endpoint(), 3),
+        backend(&server.endpoint(), 3),
+    );
+    let scopes: Vec<Scope> = (0..10)
+        .map(|i| Scope::new(None, Some(&format!("tenant-{i}"))))
+        .collect();
+    // Server a campaigns first for the even scopes, server b for the odd ones.
+    let mut handles = Vec::new();
+    for (i, s) in scopes.iter().enumerate() {
+        let first = if i % 2 == 0 {
+            (&a, "server-a")
+        } else {
+            (&b, "server-b")
+        };
+        let h = ElectionHandle::start(first.0, s.clone(), first.1.into());
+        wait_state(&h, Leadership::Leading, Duration::from_secs(15)).await;
+        handles.push((i, first.1, h));
+    }
+    for (i, s) in scopes.iter().enumerate() {
+        let second = if i % 2 == 0 {
+            (&b, "server-b")
+        } else {
+            (&a, "server-a")
+        };
+        handles.push((
+            i,
+            second.1,
+            ElectionHandle::start(second.0, s.clone(), second.1.into()),
+        ));
+    }
+    for s in &scopes {
+        wait_candidates(&server, s, 2).await;
+    }
+    let before_a = leases_of(&server, &scopes, "server-a").await;
+    let before_b = leases_of(&server, &scopes, "server-b").await;
+    assert_eq!((before_a.len(), before_b.len()), (1, 1));
+    assert_eq!(wait_leases(&server, 2).await.len(), 2);
+
+    // Server a's lease is revoked (as if it expired): all its keys go at once.
+    let mut client = server.client().await;
+    client.lease_revoke(before_a[0]).await.expect("revoke");
+
+    // Server b now leads every scope; server a campaigns again on one new lease, in every scope.
+    for (_, id, h) in &handles {
+        if *id == "server-b" {
+            wait_state(h, Leadership::Leading, Duration::from_secs(15)).await;
+        }
+    }
+    for s in &scopes {
+        wait_candidates(&server, s, 2).await;
+    }
+    let after_a = leases_of(&server, &scopes, "server-a").await;
+    assert_eq!(after_a.len(), 1, "{after_a:?}");
+    assert_ne!(after_a, before_a);
+    assert_eq!(leases_of(&server, &scopes, "server-b").await, before_b);
+    assert_eq!(wait_leases(&server, 2).await.len(), 2);
+    for (i, id, h) in &handles {
+        if *id == "server-a" {
+            assert_eq!(h.status().leadership, Leadership::Following, "scope {i}");
+        }
+    }
+
+    // Leaders stay independent per scope: closing b's handle of scope 3 moves only scope 3.
+    let pos = handles
+        .iter()
+        .position(|(i, id, _)| *i == 3 && *id == "server-b")
+        .expect("handle");
+    let (_, _, h) = handles.remove(pos);
+    h.close().await;
+    for (i, id, h) in &handles {
+        let want = if *i == 3 { "server-a" } else { "server-b" };
+        let state = if id == &want {
+            Leadership::Leading
+        } else {
+            Leadership::Following
+        };
+        wait_state(h, state, Duration::from_secs(10)).await;
+    }
+    for (_, _, h) in handles {
+        h.close().await;
+    }
+    wait_leases(&server, 0).await;
+}

@@ -586,3 +586,187 @@ async fn kerberos_without_a_ticket_never_leads() {
     eprintln!("figure: kerberos without a ticket: {:?}", h.status().reason);
     h.close().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// One session per server
+// ---------------------------------------------------------------------------------------------
+
+/// The distinct sessions owning the latch nodes of `scopes` whose data is `identity`.
+async fn owners_of(addr: &str, scopes: &[Scope], identity: &str) -> Vec<i64> {
+    let mut owners = Vec::new();
+    for s in scopes {
+        for n in latch_nodes(addr, &latch_dir(s)).await {
+            if n.identity == identity {
+                owners.push(n.owner);
+            }
+        }
+    }
+    owners.sort_unstable();
+    owners.dedup();
+    owners
+}
+
+/// Waits until the server's `cons` lists exactly `n` sessions; returns them.
+async fn wait_sessions(server: &ZkServer, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let sids = common::zk::sessions_served(server.port()).unwrap_or_default();
+        if sids.len() == n {
+            return sids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {n} sessions on the server, got {sids:?}"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_scopes_share_one_session_and_close_one_at_a_time() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let server = ZkServer::start();
+    let zk = backend(&server.addr(), 3000);
+    let scopes: Vec<Scope> = (0..50)
+        .map(|i| Scope::new(Some("kind-dev"), Some(&format!("ns-{i:02}"))))
+        .collect();
+    let mut handles: Vec<ElectionHandle> = scopes
+        .iter()
+        .map(|s| ElectionHandle::start(&zk, s.clone(), "server-a".into()))
+        .collect();
+    for h in &handles {
+        wait_state(h, Leadership::Leading, Duration::from_secs(20)).await;
+    }
+    // Counted on the server: one connection with a session, and one owner of all 50 latches.
+    let sids = wait_sessions(&server, 1).await;
+    let owners = owners_of(&server.addr(), &scopes, "server-a").await;
+    assert_eq!(owners.len(), 1, "latch owners {owners:?}");
+    assert_eq!(sids, [format!("0x{:x}", owners[0] as u64)]);
+
+    // Closing one scope releases its latch only; the others keep leading in the same session.
+    let closed = handles.remove(7);
+    closed.close().await;
+    assert!(latch_nodes(&server.addr(), &latch_dir(&scopes[7]))
+        .await
+        .is_empty());
+    for (i, s) in scopes.iter().enumerate().filter(|(i, _)| *i != 7) {
+        assert_eq!(
+            latch_nodes(&server.addr(), &latch_dir(s)).await.len(),
+            1,
+            "scope {i}"
+        );
+    }
+    assert!(handles.iter().all(|h| h.may_act()));
+    assert_eq!(wait_sessions(&server, 1).await, sids);
+
+    // Closing the last scope closes the session.
+    for h in handles {
+        h.close().await;
+    }
+    wait_sessions(&server, 0).await;
+    for s in &scopes {
+        assert!(latch_nodes(&server.addr(), &latch_dir(s)).await.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_expiry_recampaigns_every_scope_on_one_new_session() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let mut server = ZkServer::start();
+    let (a, b) = (backend(&server.addr(), 2000), backend(&server.addr(), 2000));
+    let scopes: Vec<Scope> = (0..10)
+        .map(|i| Scope::new(None, Some(&format!("tenant-{i}"))))
+        .collect();
+    // Server a campaigns first for the even scopes, server b for the odd ones.
+    let mut handles = Vec::new();
+    for (i, s) in scopes.iter().enumerate() {
+        let first = if i % 2 == 0 {
+            (&a, "server-a")
+        } else {
+            (&b, "server-b")
+        };
+        let h = ElectionHandle::start(first.0, s.clone(), first.1.into());
+        wait_state(&h, Leadership::Leading, Duration::from_secs(15)).await;
+        handles.push((i, first.1, h));
+    }
+    for (i, s) in scopes.iter().enumerate() {
+        let second = if i % 2 == 0 {
+            (&b, "server-b")
+        } else {
+            (&a, "server-a")
+        };
+        handles.push((
+            i,
+            second.1,
+            ElectionHandle::start(second.0, s.clone(), second.1.into()),
+        ));
+    }
+    for s in &scopes {
+        wait_contenders(&server.addr(), &latch_dir(s), 2).await;
+    }
+    let before_a = owners_of(&server.addr(), &scopes, "server-a").await;
+    let before_b = owners_of(&server.addr(), &scopes, "server-b").await;
+    assert_eq!((before_a.len(), before_b.len()), (1, 1));
+
+    // The server forgets every session: a restart with an empty data directory, so each client's
+    // reconnection is answered with "session expired".
+    server.stop();
+    std::fs::remove_dir_all(server.data_dir()).expect("wipe the data directory");
+    std::fs::create_dir_all(server.data_dir()).expect("recreate the data directory");
+    for (_, _, h) in &handles {
+        let mut rx = h.watch();
+        let stopped = rx.wait_for(|s| s.leadership != Leadership::Leading);
+        timeout(Duration::from_secs(10), stopped)
+            .await
+            .expect("nobody leads while the server is down")
+            .expect("status");
+        assert!(!h.may_act());
+    }
+    server.restart();
+
+    // Every scope has exactly one leader again, each server on one new session.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leaders: Vec<usize> = (0..scopes.len())
+            .map(|i| {
+                handles
+                    .iter()
+                    .filter(|(s, _, h)| *s == i && h.status().leadership == Leadership::Leading)
+                    .count()
+            })
+            .collect();
+        if leaders.iter().all(|&n| n == 1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "leaders per scope {leaders:?}");
+        sleep(Duration::from_millis(50)).await;
+    }
+    for s in &scopes {
+        wait_contenders(&server.addr(), &latch_dir(s), 2).await;
+    }
+    let after_a = owners_of(&server.addr(), &scopes, "server-a").await;
+    let after_b = owners_of(&server.addr(), &scopes, "server-b").await;
+    assert_eq!(
+        (after_a.len(), after_b.len()),
+        (1, 1),
+        "{after_a:?} {after_b:?}"
+    );
+    assert_ne!(after_a, before_a);
+    assert_ne!(after_b, before_b);
+    assert_eq!(wait_sessions(&server, 2).await.len(), 2);
+    // A leader of every scope may act; its rival may not.
+    for i in 0..scopes.len() {
+        let acting: Vec<&str> = handles
+            .iter()
+            .filter(|(s, _, h)| *s == i && h.may_act())
+            .map(|(_, id, _)| *id)
+            .collect();
+        assert_eq!(acting.len(), 1, "scope {i}: {acting:?}");
+    }
+    for (_, _, h) in handles {
+        h.close().await;
+    }
+    wait_sessions(&server, 0).await;
+}

@@ -1,35 +1,41 @@
-//! The `etcd` backend: one etcd v3 election per scope, kept alive by our own lease keep-alive.
+//! The `etcd` backend: one etcd v3 election per scope, all of one server's elections on one lease
+//! with one keep-alive.
 //!
-//! Every scope campaigns on its own connection. A candidate grants a lease of
-//! `kyuubi.ha.etcd.lease.timeout` (whole seconds) and campaigns through etcd's election service
-//! on `/<namespace>-podsweep/elections/<encoded scope>` with its identity (the Kyuubi server id)
-//! as the value. etcd keeps one key `<name>/<lease id in hex>` per candidate, attached to its
-//! lease; the key with the lowest create revision leads.
+//! A backend instance (one per podsweep engine, i.e. per Kyuubi server) opens one connection and
+//! grants one lease of `kyuubi.ha.etcd.lease.timeout` (whole seconds) per identity when its first
+//! scope campaigns, and shares them with every scope (the campaign loop is [`super::driver`]'s,
+//! shared with ZooKeeper). Each scope campaigns through etcd's election service on
+//! `/<namespace>-podsweep/elections/<encoded scope>` with its identity (the Kyuubi server id) as
+//! the value. etcd keeps one key `<name>/<lease id in hex>` per candidate, attached to its lease;
+//! the key with the lowest create revision leads. Scopes have independent leaders.
 //!
 //! # Guarantees
 //! * Nothing but `NoQuorum` is reported before real requests (`status`, a lease grant) have
 //!   been answered: the client connects lazily, so this is how health is proven.
 //! * The lease is kept alive here, one request in flight at a time, every
-//!   [`LeaseTiming::period`] (about TTL/3) over one keep-alive stream. The lease deadline is
-//!   `sent + TTL - margin`, with `sent` taken *before* the request that the server acknowledged
-//!   with a TTL above zero: the server cannot expire the lease before `sent + TTL`, so acting
-//!   stops at least `margin` (max(TTL/3, 1 s), at most TTL/2) before a successor can be
-//!   elected. A frozen process (SIGSTOP, long GC, VM pause) wakes up past its deadline, so
-//!   [`ElectionHandle::may_act`](super::ElectionHandle::may_act) is false before anything runs.
+//!   [`LeaseTiming::period`] (about TTL/3) over one keep-alive stream, for all scopes. The lease
+//!   deadline of every leading scope is `sent + TTL - margin`, with `sent` taken *before* the
+//!   request that the server acknowledged with a TTL above zero: the server cannot expire the
+//!   lease before `sent + TTL`, so acting stops at least `margin` (max(TTL/3, 1 s), at most
+//!   TTL/2) before a successor can be elected. A frozen process (SIGSTOP, long GC, VM pause)
+//!   wakes up past its deadline, so [`ElectionHandle::may_act`](super::ElectionHandle::may_act)
+//!   is false before anything runs.
 //! * `Leading` needs the campaign to return **and** a read showing that the leader key still
 //!   exists, was created at the campaign's revision and is attached to our lease.
 //! * A failed keep-alive, or a keep-alive stream that breaks while idle (the connection went
-//!   down), pauses a leader at once; an overdue keep-alive pauses it when less than half a
-//!   period is left. The next confirmed keep-alive restores `Leading`. A reply with TTL 0
-//!   (lease gone) means `Following` and a fresh start with a new lease.
+//!   down), pauses every leader at once; an overdue keep-alive pauses them when less than half a
+//!   period is left. After the next confirmed keep-alive each reads its key again and leads. A
+//!   reply with TTL 0 (lease gone) means `Following` for every scope and a fresh start with one
+//!   new lease.
 //! * While etcd cannot be reached the state is `NoQuorum`; connections and campaigns are
-//!   retried with capped exponential backoff and jitter. Campaign calls are cancellable, and
-//!   HTTP/2 keep-alive (also while idle) plus a connect timeout stop a frozen server from
-//!   hanging one forever.
-//! * On cancellation a leader pauses, resigns with its leader key and revokes its lease
-//!   (bounded by a short timeout), then reports `Following` with reason `closed`: the next
-//!   candidate's pending campaign returns within milliseconds. A waiting candidate drops its
-//!   campaign call and revokes its lease, so its key disappears.
+//!   retried with capped exponential backoff and jitter (one connection attempt at a time for
+//!   all scopes). Campaign calls are cancellable, and HTTP/2 keep-alive (also while idle) plus a
+//!   connect timeout stop a frozen server from hanging one forever.
+//! * On cancellation a leader pauses and resigns with its leader key (bounded by a short
+//!   timeout), then reports `Following` with reason `closed`: the next candidate's pending
+//!   campaign returns within milliseconds. A waiting candidate drops its campaign call and
+//!   deletes its key. Only that scope's key goes; the lease is revoked when the last scope using
+//!   it has ended.
 //!
 //! # Caveats
 //! * Leadership is an efficiency lock, not a correctness lock. Jepsen (etcd 3.4.3) found that
@@ -49,6 +55,7 @@ mod lease;
 
 use std::error::Error as _;
 use std::future::{pending, Future};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -56,14 +63,18 @@ use etcd_client::{
     TlsOptions,
 };
 use futures::future::BoxFuture;
-use tokio::time::{sleep, sleep_until, timeout, Instant};
+use tokio::sync::watch;
+use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 pub use self::lease::LeaseTiming;
 use self::lease::{send_beat, KeepAlive, Reply};
 use super::backoff::Backoff;
-use super::{Backend, LeaderSignal, Leadership};
+use super::driver::{
+    self, poll_some, sleep_until_some, Connect, Fault, Health, Pool, Seat, Session,
+};
+use super::{Backend, LeaderSignal};
 use crate::config::{keys, EtcdSettings, EtcdTls};
 use crate::scope::Scope;
 
@@ -86,21 +97,31 @@ const H2_PING_INTERVAL: Duration = Duration::from_secs(6);
 /// How long an HTTP/2 ping may stay unanswered before the connection is dropped.
 const H2_PING_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Leader election through etcd: one connection, lease and election per scope.
+/// Leader election through etcd: one connection and one lease per server, one election per scope
+/// on that lease.
 #[derive(Clone, Debug)]
 pub struct EtcdBackend {
     settings: EtcdSettings,
+    pool: Arc<Pool<EtcdConnect>>,
 }
 
 impl EtcdBackend {
     pub fn new(settings: EtcdSettings) -> Self {
-        EtcdBackend { settings }
+        let pool = Arc::new(Pool::new(EtcdConnect {
+            settings: settings.clone(),
+            timing: LeaseTiming::new(settings.lease_ttl),
+        }));
+        EtcdBackend { settings, pool }
     }
 
     /// The election name of `scope`: `<root>/<encoded scope>`.
     pub fn election_name(&self, scope: &Scope) -> String {
-        format!("{}/{}", self.settings.root(), scope.encoded())
+        election_name(&self.settings, scope)
     }
+}
+
+fn election_name(settings: &EtcdSettings, scope: &Scope) -> String {
+    format!("{}/{}", settings.root(), scope.encoded())
 }
 
 impl Backend for EtcdBackend {
@@ -115,354 +136,331 @@ impl Backend for EtcdBackend {
         signal: LeaderSignal,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, ()> {
-        let campaign = Campaign {
-            name: self.election_name(&scope),
-            timing: LeaseTiming::new(self.settings.lease_ttl),
-            settings: self.settings.clone(),
-            scope: scope.to_string(),
+        Box::pin(driver::drive(
+            self.pool.clone(),
+            scope,
             identity,
             signal,
             cancel,
-        };
-        Box::pin(campaign.run())
+        ))
     }
 }
 
-/// Why one session (one lease) ended.
-enum End {
-    /// The cancel token fired; leadership, if any, has been released.
-    Cancelled,
-    /// The lease is gone on the server; start over with a new lease.
-    Lost(String),
-}
-
-/// What woke the session loop.
-enum Event {
-    Cancelled,
-    Beat(Instant, Reply, Option<KeepAlive>),
-    /// A campaign ended: our confirmed leader key, or why to campaign again.
-    Contest(Result<LeaderKey, String>),
-    /// Less than half a period left before the lease deadline, no newer confirmation.
-    Overdue,
-    /// No keep-alive confirmed for a whole TTL.
-    Stale,
-    Retry,
-}
-
-/// One scope's campaign: everything the loop needs, owned.
-struct Campaign {
+/// Opens etcd sessions: a connection, a lease, and its keep-alive.
+struct EtcdConnect {
     settings: EtcdSettings,
     timing: LeaseTiming,
-    name: String,
-    scope: String,
-    identity: String,
-    signal: LeaderSignal,
-    cancel: CancellationToken,
 }
 
-impl Campaign {
-    async fn run(self) {
-        let mut backoff = Backoff::new(BACKOFF_BASE, BACKOFF_CAP);
-        loop {
-            let connected = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => break,
-                r = self.connect() => r,
-            };
-            let (client, lease) = match connected {
-                Ok(c) => c,
-                Err(reason) => {
-                    warn!(scope = %self.scope, "{reason}");
-                    self.report(Leadership::NoQuorum, &reason);
-                    if self.rest(backoff.next_delay()).await {
-                        continue;
-                    }
-                    break;
-                }
-            };
-            let started = Instant::now();
-            match self.session(&client, lease).await {
-                End::Cancelled => break,
-                End::Lost(reason) => {
-                    warn!(scope = %self.scope, lease = %hex(lease), "election ended: {reason}");
-                    // The server answered, so it is reachable; we do not lead.
-                    self.report(Leadership::Following, &reason);
-                    if started.elapsed() >= self.timing.ttl {
-                        backoff.reset();
-                    }
-                    if !self.rest(backoff.next_delay()).await {
-                        break;
-                    }
-                }
-            }
-        }
-        self.report(Leadership::Following, "closed");
-    }
+impl Connect for EtcdConnect {
+    type Session = EtcdSession;
 
-    /// Sleeps for `delay`; false if cancelled meanwhile.
-    async fn rest(&self, delay: Duration) -> bool {
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => false,
-            _ = sleep(delay) => true,
-        }
-    }
-
-    /// Connects, proves health with `status`, and grants this session's lease.
-    async fn connect(&self) -> Result<(Client, i64), String> {
-        let endpoints = self.settings.endpoints.join(",");
-        let fail = |what: &str, e: String| format!("cannot {what} etcd at {endpoints}: {e}");
-        let mut options = ConnectOptions::new()
-            .with_keep_alive(H2_PING_INTERVAL, H2_PING_TIMEOUT)
-            .with_keep_alive_while_idle(true)
-            .with_connect_timeout(CONNECT_TIMEOUT)
-            .with_require_leader(true);
-        if let Some(tls) = &self.settings.tls {
-            options = options.with_tls(tls_options(tls)?);
-        }
-        let mut client = bounded(Client::connect(&self.settings.endpoints, Some(options)))
-            .await
-            .map_err(|e| fail("connect to", e))?;
-        let status = bounded(client.status())
-            .await
-            .map_err(|e| fail("reach", e))?;
-        let ttl = self.timing.ttl.as_secs() as i64;
-        let grant = bounded(client.lease_grant(ttl, None))
-            .await
-            .map_err(|e| fail("grant a lease on", e))?;
-        info!(
-            scope = %self.scope,
-            version = status.version(),
-            lease = %hex(grant.id()),
-            requested_ttl_s = ttl,
-            granted_ttl_s = grant.ttl(),
-            "connected to etcd at {endpoints}"
-        );
-        Ok((client, grant.id()))
-    }
-
-    /// Campaigns with `lease`, then leads until the lease or the key is lost, or until
-    /// cancellation.
-    async fn session(&self, client: &Client, lease: i64) -> End {
-        let t = self.timing;
-        let leases = client.lease_client();
-        let beat_at = |stream: Option<KeepAlive>, due: Instant| -> BoxFuture<'static, _> {
-            Box::pin(send_beat(leases.clone(), lease, stream, due, t.window()))
-        };
-        // Always one keep-alive pending: waiting to be due, or in flight.
-        let mut beat = Some(beat_at(None, Instant::now()));
-        let mut beat_backoff = Backoff::new(BEAT_RETRY_BASE, t.period);
-        let mut contest = Some(self.contest(client, lease));
-        let mut retry_at: Option<Instant> = None;
-        let mut contest_backoff = Backoff::new(BACKOFF_BASE, BACKOFF_CAP);
-        let mut leader: Option<LeaderKey> = None;
-        // When the last confirmed keep-alive was sent.
-        let mut last_ack: Option<Instant> = None;
-        // `Some` exactly while this candidate reports `Leading`.
-        let mut lease_until: Option<Instant> = None;
-        let mut stale = false;
-        let mut why = String::new();
-        let campaigning = format!("campaigning for {}", self.name);
-        self.report(Leadership::Following, &campaigning);
-        loop {
-            let pause_at = lease_until.map(|u| u.checked_sub(t.period / 2).unwrap_or(u));
-            let stale_at = last_ack.filter(|_| !stale).map(|sent| sent + t.ttl);
-            let event = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => Event::Cancelled,
-                (sent, reply, stream) = poll_some(&mut beat) => Event::Beat(sent, reply, stream),
-                r = poll_some(&mut contest) => {
-                    contest = None;
-                    Event::Contest(r)
-                }
-                _ = sleep_until_some(pause_at) => Event::Overdue,
-                _ = sleep_until_some(stale_at) => Event::Stale,
-                _ = sleep_until_some(retry_at) => Event::Retry,
-            };
-            match event {
-                Event::Cancelled => {
-                    drop(contest.take());
-                    self.release(client, lease, leader.take()).await;
-                    return End::Cancelled;
-                }
-                Event::Beat(sent, Reply::Alive, stream) => {
-                    (last_ack, stale) = (Some(sent), false);
-                    beat_backoff.reset();
-                    let until = sent + t.window();
-                    let late = until <= Instant::now();
-                    let due = if late {
-                        Instant::now()
-                    } else {
-                        sent + t.period
-                    };
-                    beat = Some(beat_at(stream, due));
-                    if leader.is_none() {
-                        self.report(Leadership::Following, &campaigning);
-                    } else if late {
-                        let late = "keep-alive reply came too late to extend the lease";
-                        warn!(scope = %self.scope, "{late}");
-                    } else {
-                        if lease_until.is_some() {
-                            self.signal.extend_until(until);
-                        } else {
-                            self.lead_until(until, &why);
-                        }
-                        lease_until = Some(until);
-                    }
-                }
-                Event::Beat(_, Reply::Gone, _) => {
-                    return End::Lost(format!("lease {} is gone (expired or revoked)", hex(lease)));
-                }
-                Event::Beat(_, Reply::Failed(e), _) => {
-                    let reason = format!("lease keep-alive failed: {e}");
-                    warn!(scope = %self.scope, lease = %hex(lease), "{reason}");
-                    beat = Some(beat_at(None, Instant::now() + beat_backoff.next_delay()));
-                    if leader.is_none() {
-                        self.report(Leadership::NoQuorum, &reason);
-                    } else if lease_until.take().is_some() {
-                        self.report(Leadership::Paused, &reason);
-                        why = "keep-alive confirmed again".into();
-                    }
-                }
-                Event::Contest(Ok(key)) => {
-                    let shown = String::from_utf8_lossy(key.key()).into_owned();
-                    why = format!("won the election {} with key {shown}", self.name);
-                    leader = Some(key);
-                    // A keep-alive confirmed before the win still bounds the lease; with none
-                    // recent enough, the next confirmed keep-alive reports `Leading`.
-                    let now = Instant::now();
-                    if let Some(until) = last_ack.map(|sent| sent + t.window()) {
-                        if until > now + t.period / 2 {
-                            self.lead_until(until, &why);
-                            lease_until = Some(until);
-                        }
-                    }
-                }
-                Event::Contest(Err(e)) => {
-                    let delay = contest_backoff.next_delay();
-                    let name = &self.name;
-                    warn!(scope = %self.scope, "campaign for {name} failed: {e}; retry in {delay:?}");
-                    retry_at = Some(Instant::now() + delay);
-                }
-                Event::Overdue => {
-                    lease_until = None;
-                    let reason = "lease keep-alive overdue; paused before the lease deadline";
-                    warn!(scope = %self.scope, "{reason}");
-                    self.report(Leadership::Paused, reason);
-                    why = "keep-alive confirmed again".into();
-                }
-                Event::Stale => {
-                    (stale, lease_until) = (true, None);
-                    let reason = format!(
-                        "no keep-alive confirmed for a whole lease TTL ({:?}); it may have expired",
-                        t.ttl
-                    );
-                    warn!(scope = %self.scope, "{reason}");
-                    self.report(Leadership::NoQuorum, &reason);
-                    why = "lease confirmed alive again".into();
-                }
-                Event::Retry => {
-                    retry_at = None;
-                    contest = Some(self.contest(client, lease));
-                }
-            }
-        }
-    }
-
-    /// One campaign call with `lease`, then a read that confirms the leader key is ours.
-    fn contest(
-        &self,
-        client: &Client,
-        lease: i64,
-    ) -> BoxFuture<'static, Result<LeaderKey, String>> {
-        let (mut election, mut kv) = (client.election_client(), client.kv_client());
-        let (name, value) = (self.name.clone(), self.identity.clone());
+    /// Connects, proves health with `status`, and grants the session's lease.
+    fn connect(&self, identity: &str) -> BoxFuture<'static, Result<EtcdSession, String>> {
+        let (settings, timing) = (self.settings.clone(), self.timing);
+        let identity = identity.to_owned();
         Box::pin(async move {
-            let won = election.campaign(name, value, lease).await;
-            let won = won.map_err(|e| describe(&e))?;
+            let endpoints = settings.endpoints.join(",");
+            let fail = |what: &str, e: String| format!("cannot {what} etcd at {endpoints}: {e}");
+            let mut options = ConnectOptions::new()
+                .with_keep_alive(H2_PING_INTERVAL, H2_PING_TIMEOUT)
+                .with_keep_alive_while_idle(true)
+                .with_connect_timeout(CONNECT_TIMEOUT)
+                .with_require_leader(true);
+            if let Some(tls) = &settings.tls {
+                options = options.with_tls(tls_options(tls)?);
+            }
+            let mut client = bounded(Client::connect(&settings.endpoints, Some(options)))
+                .await
+                .map_err(|e| fail("connect to", e))?;
+            let status = bounded(client.status())
+                .await
+                .map_err(|e| fail("reach", e))?;
+            let ttl = timing.ttl.as_secs() as i64;
+            let grant = bounded(client.lease_grant(ttl, None))
+                .await
+                .map_err(|e| fail("grant a lease on", e))?;
+            info!(
+                %identity,
+                version = status.version(),
+                lease = %hex(grant.id()),
+                requested_ttl_s = ttl,
+                granted_ttl_s = grant.ttl(),
+                "connected to etcd at {endpoints}"
+            );
+            Ok(EtcdSession::start(client, grant.id(), settings, timing))
+        })
+    }
+
+    fn backoff(&self) -> (Duration, Duration) {
+        (BACKOFF_BASE, BACKOFF_CAP)
+    }
+}
+
+/// One server's etcd connection and lease, kept alive by its own task.
+struct EtcdSession {
+    client: Client,
+    lease: i64,
+    settings: EtcdSettings,
+    timing: LeaseTiming,
+    health: watch::Receiver<Health>,
+    stop: CancellationToken,
+}
+
+impl EtcdSession {
+    fn start(client: Client, lease: i64, settings: EtcdSettings, timing: LeaseTiming) -> Self {
+        let (tx, health) = watch::channel(Health::Up { until: None });
+        let stop = CancellationToken::new();
+        tokio::spawn(keep_alive(client.clone(), lease, timing, tx, stop.clone()));
+        EtcdSession {
+            client,
+            lease,
+            settings,
+            timing,
+            health,
+            stop,
+        }
+    }
+}
+
+impl Drop for EtcdSession {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Session for EtcdSession {
+    fn describe(&self) -> String {
+        format!("etcd lease {}", hex(self.lease))
+    }
+
+    fn health(&self) -> watch::Receiver<Health> {
+        self.health.clone()
+    }
+
+    /// Pause when less than half a keep-alive period is left.
+    fn margin(&self) -> Duration {
+        self.timing.period / 2
+    }
+
+    fn stable_after(&self) -> Duration {
+        self.timing.ttl
+    }
+
+    fn election(&self, scope: &Scope) -> String {
+        election_name(&self.settings, scope)
+    }
+
+    /// One campaign call with the session's lease, then a read that confirms the leader key is
+    /// ours.
+    fn contend(
+        self: Arc<Self>,
+        scope: &Scope,
+        identity: &str,
+    ) -> BoxFuture<'static, Result<Box<dyn Seat>, String>> {
+        let (mut election, kv) = (self.client.election_client(), self.client.kv_client());
+        let (name, value, lease) = (self.election(scope), identity.to_owned(), self.lease);
+        let client = self.client.clone();
+        Box::pin(async move {
+            let won = election.campaign(name.as_str(), value, lease).await;
+            let won = won.map_err(|e| format!("campaign for {name} failed: {}", describe(&e)))?;
             let key = won
                 .leader()
                 .cloned()
                 .ok_or("the campaign reply has no leader key")?;
+            let seat = EtcdSeat {
+                client,
+                kv,
+                name,
+                lease,
+                key,
+            };
             // A key deleted or re-created meanwhile (lease expiry, or the server resigning a
             // cancelled earlier campaign of ours) is not leadership: campaign again.
-            let shown = String::from_utf8_lossy(key.key()).into_owned();
-            let got = bounded(kv.get(key.key(), None)).await;
-            let got = got.map_err(|e| format!("cannot read leader key {shown}: {e}"))?;
-            match got.kvs().first() {
-                Some(kv) if kv.create_revision() == key.rev() && kv.lease() == lease => Ok(key),
-                Some(kv) => Err(format!(
-                    "leader key {shown} has create revision {} and lease {}, not {} and {}",
-                    kv.create_revision(),
-                    hex(kv.lease()),
-                    key.rev(),
-                    hex(lease)
-                )),
-                None => Err(format!(
-                    "leader key {shown} vanished as the campaign returned"
-                )),
+            match seat.check().await {
+                Ok(()) => Ok(Box::new(seat) as Box<dyn Seat>),
+                Err(Fault::Lost(e) | Fault::Retry(e)) => Err(e),
             }
         })
     }
 
-    /// Stops acting, resigns with `leader` (if any) and revokes `lease` (deleting our key),
-    /// all within [`RELEASE_TIMEOUT`]; failures are only logged.
-    async fn release(&self, client: &Client, lease: i64, leader: Option<LeaderKey>) {
-        let mut c = client.clone();
-        let limit = RELEASE_TIMEOUT.min(self.timing.ttl);
-        let work = async {
-            if let Some(key) = leader {
-                if self.signal.current() == Leadership::Leading {
-                    self.report(Leadership::Paused, "closing: releasing leadership");
+    /// A withdrawn campaign leaves its key `<name>/<lease>` (etcd resigns a cancelled campaign
+    /// itself, but later); delete it now, so that only this scope's key goes.
+    fn abandon(self: Arc<Self>, scope: &Scope) -> BoxFuture<'static, ()> {
+        let key = format!("{}/{}", self.election(scope), hex(self.lease));
+        let mut kv = self.client.kv_client();
+        Box::pin(async move {
+            match timeout(RELEASE_TIMEOUT, kv.delete(key.as_str(), None)).await {
+                Ok(Ok(_)) => info!(%key, "campaign withdrawn; its key is deleted"),
+                Ok(Err(e)) => {
+                    warn!(%key, "cannot delete the withdrawn campaign's key: {}", describe(&e))
                 }
-                match c.resign(Some(ResignOptions::new().with_leader(key))).await {
-                    Ok(_) => info!(scope = %self.scope, "resigned; leadership released"),
-                    Err(e) => warn!(scope = %self.scope, "cannot resign: {}", describe(&e)),
+                Err(_) => warn!(%key, "deleting the withdrawn campaign's key timed out"),
+            }
+        })
+    }
+
+    /// Revokes the lease (deleting every key still on it), bounded.
+    fn close(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            self.stop.cancel();
+            let mut c = self.client.clone();
+            let lease = hex(self.lease);
+            let limit = RELEASE_TIMEOUT.min(self.timing.ttl);
+            match timeout(limit, c.lease_revoke(self.lease)).await {
+                Ok(Ok(_)) => info!(%lease, "lease revoked"),
+                Ok(Err(e)) if describe(&e).contains("lease not found") => {
+                    info!(%lease, "lease already gone");
+                }
+                Ok(Err(e)) => warn!(
+                    %lease,
+                    "cannot revoke the lease: {}; it expires within its TTL", describe(&e)
+                ),
+                Err(_) => warn!(
+                    %lease,
+                    "lease revocation timed out after {limit:?}; the lease expires within its TTL"
+                ),
+            }
+        })
+    }
+}
+
+/// Keeps the session's lease alive, one keep-alive in flight at a time, every
+/// [`LeaseTiming::period`], and publishes what the replies show.
+async fn keep_alive(
+    client: Client,
+    lease: i64,
+    t: LeaseTiming,
+    health: watch::Sender<Health>,
+    stop: CancellationToken,
+) {
+    let leases = client.lease_client();
+    let beat_at = |stream: Option<KeepAlive>, due: Instant| -> BoxFuture<'static, _> {
+        Box::pin(send_beat(leases.clone(), lease, stream, due, t.window()))
+    };
+    let publish = |h: Health| {
+        health.send_if_modified(|old| {
+            let changed = *old != h;
+            *old = h;
+            changed
+        });
+    };
+    // Always one keep-alive pending: waiting to be due, or in flight.
+    let mut beat = Some(beat_at(None, Instant::now()));
+    let mut backoff = Backoff::new(BEAT_RETRY_BASE, t.period);
+    // When the last confirmed keep-alive was sent, and whether a whole TTL passed since.
+    let mut last_ack: Option<Instant> = None;
+    let mut stale = false;
+    loop {
+        let stale_at = last_ack.filter(|_| !stale).map(|sent| sent + t.ttl);
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            (sent, reply, stream) = poll_some(&mut beat) => match reply {
+                Reply::Alive => {
+                    (last_ack, stale) = (Some(sent), false);
+                    backoff.reset();
+                    let until = sent + t.window();
+                    let late = until <= Instant::now();
+                    let due = if late { Instant::now() } else { sent + t.period };
+                    beat = Some(beat_at(stream, due));
+                    if late {
+                        warn!(lease = %hex(lease), "keep-alive reply came too late to extend the lease");
+                    } else {
+                        publish(Health::Up { until: Some(until) });
+                    }
+                }
+                Reply::Gone => {
+                    publish(Health::Lost(format!("lease {} is gone (expired or revoked)", hex(lease))));
+                    return;
+                }
+                Reply::Failed(e) => {
+                    let reason = format!("lease keep-alive failed: {e}");
+                    warn!(lease = %hex(lease), "{reason}");
+                    beat = Some(beat_at(None, Instant::now() + backoff.next_delay()));
+                    publish(Health::Doubt(reason));
+                }
+            },
+            _ = sleep_until_some(stale_at) => {
+                stale = true;
+                let reason = format!(
+                    "no keep-alive confirmed for a whole lease TTL ({:?}); it may have expired",
+                    t.ttl
+                );
+                warn!(lease = %hex(lease), "{reason}");
+                publish(Health::Down(reason));
+            }
+        }
+    }
+}
+
+/// A won election: our leader key on the session's lease.
+struct EtcdSeat {
+    client: Client,
+    kv: etcd_client::KvClient,
+    name: String,
+    lease: i64,
+    key: LeaderKey,
+}
+
+impl EtcdSeat {
+    /// The leader key still exists, was created at the campaign's revision and is on our lease.
+    fn check(&self) -> BoxFuture<'static, Result<(), Fault>> {
+        let mut kv = self.kv.clone();
+        let (key, rev, lease) = (self.key.key().to_vec(), self.key.rev(), self.lease);
+        Box::pin(async move {
+            let shown = String::from_utf8_lossy(&key).into_owned();
+            let got = bounded(kv.get(key, None)).await;
+            let got =
+                got.map_err(|e| Fault::Retry(format!("cannot read leader key {shown}: {e}")))?;
+            match got.kvs().first() {
+                Some(kv) if kv.create_revision() == rev && kv.lease() == lease => Ok(()),
+                Some(kv) => Err(Fault::Lost(format!(
+                    "leader key {shown} has create revision {} and lease {}, not {} and {}",
+                    kv.create_revision(),
+                    hex(kv.lease()),
+                    rev,
+                    hex(lease)
+                ))),
+                None => Err(Fault::Lost(format!("leader key {shown} vanished"))),
+            }
+        })
+    }
+}
+
+impl Seat for EtcdSeat {
+    fn describe(&self) -> String {
+        let shown = String::from_utf8_lossy(self.key.key());
+        format!("won the election {} with key {shown}", self.name)
+    }
+
+    /// The key check; the lease deadline comes from the session's keep-alives.
+    fn confirm(&self) -> BoxFuture<'static, Result<Option<Instant>, Fault>> {
+        let check = self.check();
+        Box::pin(async move { check.await.map(|()| None) })
+    }
+
+    /// Not watched: a lost lease ends the session, and nothing else deletes our key.
+    fn lost(&self) -> BoxFuture<'static, String> {
+        Box::pin(pending())
+    }
+
+    /// Resigns with our leader key (deleting it), bounded.
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let mut c = self.client.clone();
+            let name = self.name.clone();
+            let resign = c.resign(Some(ResignOptions::new().with_leader(self.key.clone())));
+            match timeout(RELEASE_TIMEOUT, resign).await {
+                Ok(Ok(_)) => info!(election = %name, "resigned; leadership released"),
+                Ok(Err(e)) => {
+                    warn!(election = %name, "cannot resign: {}; the lease's end removes the key", describe(&e))
+                }
+                Err(_) => {
+                    warn!(election = %name, "resign timed out after {RELEASE_TIMEOUT:?}; the lease's end removes the key")
                 }
             }
-            c.lease_revoke(lease).await
-        };
-        let lease = hex(lease);
-        match timeout(limit, work).await {
-            Ok(Ok(_)) => info!(scope = %self.scope, %lease, "lease revoked"),
-            Ok(Err(e)) if describe(&e).contains("lease not found") => {
-                info!(scope = %self.scope, %lease, "lease already gone");
-            }
-            Ok(Err(e)) => warn!(
-                scope = %self.scope, %lease,
-                "cannot revoke the lease: {}; it expires within its TTL", describe(&e)
-            ),
-            Err(_) => warn!(
-                scope = %self.scope, %lease,
-                "release timed out after {limit:?}; the lease expires within its TTL"
-            ),
-        }
-    }
-
-    fn lead_until(&self, until: Instant, reason: &str) {
-        self.log_transition(Leadership::Leading, reason);
-        self.signal.lead_until(until, reason);
-    }
-
-    /// Reports `Paused`, `Following` or `NoQuorum`.
-    fn report(&self, to: Leadership, reason: &str) {
-        self.log_transition(to, reason);
-        match to {
-            Leadership::Paused => self.signal.pause(reason),
-            Leadership::Following => self.signal.follow(reason),
-            Leadership::NoQuorum => self.signal.no_quorum(reason),
-            // Leading needs a deadline and goes through `lead_until`; never reached.
-            Leadership::Leading => self.signal.pause(reason),
-        }
-    }
-
-    fn log_transition(&self, to: Leadership, reason: &str) {
-        let from = self.signal.current();
-        if from != to {
-            let (scope, identity) = (&self.scope, &self.identity);
-            let (from, to) = (from.as_str(), to.as_str());
-            info!(%scope, %identity, "leadership {from} -> {to}: {reason}");
-        }
+        })
     }
 }
 
@@ -508,20 +506,4 @@ pub fn describe(e: &EtcdError) -> String {
 /// A lease id as etcd prints it (and as it appears in election keys).
 fn hex(lease: i64) -> String {
     format!("{lease:x}")
-}
-
-/// Awaits the future in `slot`; never resolves when there is none.
-async fn poll_some<T>(slot: &mut Option<BoxFuture<'static, T>>) -> T {
-    match slot {
-        Some(f) => f.await,
-        None => pending().await,
-    }
-}
-
-/// Sleeps until `deadline`; never resolves when there is none.
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => sleep_until(d).await,
-        None => pending().await,
-    }
 }

@@ -1,7 +1,10 @@
 //! Leader election: one small interface, several backends.
 //!
-//! Every scope campaigns on its own. A backend reports what it knows through a [`LeaderSignal`];
-//! the sweeper reads it through an [`ElectionHandle`].
+//! Every scope campaigns on its own, with its own leader; the ZooKeeper and etcd backends carry
+//! all the scopes of one server (one backend instance) on one coordination session (one
+//! ZooKeeper session, or one etcd lease with one keep-alive), through one shared campaign loop
+//! (`driver`). A backend reports what it knows through a [`LeaderSignal`]; the sweeper reads it
+//! through an [`ElectionHandle`].
 //!
 //! # Guarantees
 //! * [`ElectionHandle::may_act`] is true only while the backend says `Leading` **and** the local
@@ -24,6 +27,7 @@
 //! * A backend must release leadership before its campaign future returns after cancellation.
 
 mod backoff;
+mod driver;
 pub mod etcd;
 pub mod local;
 pub mod zookeeper;

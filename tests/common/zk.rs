@@ -54,6 +54,8 @@ pub struct ZkServer {
     port: u16,
     dir: TempDir,
     options: ZkOptions,
+    /// Extra `zoo.cfg` lines.
+    extra: String,
     child: Option<Child>,
 }
 
@@ -67,6 +69,11 @@ impl ZkServer {
     }
 
     pub fn start_with(options: ZkOptions) -> ZkServer {
+        Self::start_with_config(options, "")
+    }
+
+    /// [`ZkServer::start_with`] plus `extra` lines appended to `zoo.cfg` (e.g. `maxClientCnxns=0`).
+    pub fn start_with_config(options: ZkOptions, extra: &str) -> ZkServer {
         let dir = tempfile::Builder::new()
             .prefix("podsweep-zk-")
             .tempdir()
@@ -76,6 +83,7 @@ impl ZkServer {
             port,
             dir,
             options,
+            extra: extra.to_owned(),
             child: None,
         };
         server.write_config();
@@ -138,7 +146,7 @@ impl ZkServer {
             o.max_session.as_millis(),
             data.display(),
             self.port,
-        );
+        ) + &self.extra;
         let path = self.config_path();
         fs::write(&path, cfg).unwrap_or_else(|e| panic!("cannot write {path:?}: {e}"));
     }
@@ -197,6 +205,18 @@ pub fn serves_session(port: u16, session: i64) -> bool {
             .split([',', '(', ')', '\n'])
             .any(|field| field.trim() == wanted)
     })
+}
+
+/// The distinct sessions the server on `port` has connections for, from `cons`.
+pub fn sessions_served(port: u16) -> Option<Vec<String>> {
+    let reply = four_letter(port, "cons")?;
+    let mut sids: Vec<String> = reply
+        .split([',', '(', ')', '\n'])
+        .filter_map(|field| field.trim().strip_prefix("sid=").map(str::to_owned))
+        .collect();
+    sids.sort();
+    sids.dedup();
+    Some(sids)
 }
 
 /// Starts a ZooKeeper main class with `config`; console output goes to `<log_dir>/zk.log` when

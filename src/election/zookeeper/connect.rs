@@ -75,12 +75,12 @@ pub(super) fn split_server_principal(principal: &str) -> (String, Option<String>
     (service.to_owned(), host.map(str::to_owned))
 }
 
-/// Logs, once per campaign, the settings that podsweep accepts but applies differently from
+/// Logs, once per session, the settings that podsweep accepts but applies differently from
 /// Kyuubi's Curator client.
-pub(super) fn log_settings(scope: &str, s: &ZkSettings) {
+pub(super) fn log_settings(identity: &str, s: &ZkSettings) {
     let r = &s.retry;
     info!(
-        %scope,
+        %identity,
         policy = %r.policy,
         max_retries = r.max_retries,
         base_wait_ms = r.base_wait.as_millis() as u64,
@@ -97,7 +97,7 @@ pub(super) fn log_settings(scope: &str, s: &ZkSettings) {
     } = &s.auth
     {
         info!(
-            %scope,
+            %identity,
             principal = principal.as_deref().unwrap_or("<unset>"),
             keytab = keytab.as_deref().unwrap_or("<unset>"),
             server_principal = server_principal.as_deref().unwrap_or("zookeeper/<host>"),

@@ -1,37 +1,43 @@
-//! The `zookeeper` backend: one Curator-compatible leader latch per scope.
+//! The `zookeeper` backend: one Curator-compatible leader latch per scope, all of one server's
+//! latches in one ZooKeeper session.
 //!
-//! Every scope campaigns in its own ZooKeeper session. A candidate creates an
+//! A backend instance (one per podsweep engine, i.e. per Kyuubi server) opens one session per
+//! identity when its first scope campaigns and shares it with every scope (the campaign loop is
+//! [`super::driver`]'s, shared with etcd). In it, each scope's candidate creates an
 //! `EPHEMERAL_SEQUENTIAL` node `<root>/<scope>/_c_<uuid>-latch-<seq>` whose data is its identity
 //! (the Kyuubi server id), as Curator's `LeaderLatch` does; the lowest sequence number leads and
-//! every other candidate watches only its predecessor.
+//! every other candidate watches only its predecessor. Scopes have independent leaders.
 //!
 //! # Guarantees
 //! * `Leading` is reported only after a round trip on our own latch node has confirmed that it
 //!   exists and is owned by our current session.
-//! * While leading, a heartbeat runs every third of the negotiated session timeout `T`: `sync`
-//!   then `exists` on our latch node, pipelined, so a reply also shows that the server we talk to
-//!   reached the quorum leader after the request was sent. Each confirmed heartbeat extends the
-//!   local lease to `sent + 2/3 T`, where `sent` is taken before the requests go out. The session
-//!   cannot expire before about `sent + T`, so the lease ends about `T/3` before a successor
-//!   can be elected. A process that was frozen (SIGSTOP, long GC, VM pause) wakes up with an
-//!   expired lease, so [`ElectionHandle::may_act`](super::ElectionHandle::may_act) is false
-//!   before anything else runs.
-//! * `Disconnected` while leading reports `Paused` at once; it does not wait for the session to
-//!   expire. `SyncConnected` is followed by a fresh round trip on the latch node before `Leading`
-//!   is reported again, within the same session.
-//! * `Expired`, `AuthFailed`, `Closed`, a missing latch node or a node owned by another session
-//!   end the session: the candidate reports `Following`, drops the session and campaigns again
-//!   with a brand-new one.
+//! * While the session lives, one heartbeat runs every third of the negotiated session timeout
+//!   `T` for all scopes: `sync` then `exists` on `/`, pipelined, so a reply also shows that the
+//!   server we talk to reached the quorum leader after the request was sent. Each confirmed
+//!   heartbeat extends the local lease of every leading scope to `sent + 2/3 T`, where `sent` is
+//!   taken before the requests go out. The session cannot expire before about `sent + T`, so the
+//!   lease ends about `T/3` before a successor can be elected. A process that was frozen
+//!   (SIGSTOP, long GC, VM pause) wakes up with an expired lease, so
+//!   [`ElectionHandle::may_act`](super::ElectionHandle::may_act) is false before anything else
+//!   runs.
+//! * `Disconnected` pauses every leading scope at once; it does not wait for the session to
+//!   expire. `SyncConnected` is followed by a fresh round trip on each leader's latch node before
+//!   it reports `Leading` again, within the same session.
+//! * `Expired`, `AuthFailed` or `Closed` end the session: every scope reports `Following`, and
+//!   each campaigns again (after its backoff) on one brand-new session. A leader's latch node
+//!   that is deleted (watched) or found owned by another session ends that scope's term only: it
+//!   campaigns again in the same session.
 //! * On cancellation a leader reports `Paused`, deletes its latch node (bounded by a short
 //!   timeout) and only then reports `Following` with reason `closed`; the next candidate is
-//!   notified by its watch and leads within milliseconds.
+//!   notified by its watch and leads within milliseconds. Only that scope's node goes; the
+//!   session is closed when the last scope using it has ended.
 //! * While no server can be reached, the state is `NoQuorum`; connection attempts are retried
 //!   forever with capped exponential backoff and jitter, from
 //!   `kyuubi.ha.zookeeper.connection.base.retry.wait` up to `...max.retry.wait` (each delay drawn
-//!   from the upper half of the current step). A cleanup leader must come back after any outage,
-//!   so `...retry.policy` and `...max.retries` are accepted for compatibility but only logged at
-//!   the start of each campaign; within a session the client reconnects on its own until the
-//!   session expires.
+//!   from the upper half of the current step); one attempt at a time for all scopes. A cleanup
+//!   leader must come back after any outage, so `...retry.policy` and `...max.retries` are
+//!   accepted for compatibility but only logged when a session is opened; within a session the
+//!   client reconnects on its own until the session expires.
 //!
 //! # Authentication and ACLs (as Kyuubi)
 //! * `kyuubi.ha.zookeeper.auth.digest` (`user:password`), when set, is added as `digest` auth to
@@ -54,8 +60,8 @@
 //!   touch that reaches the quorum leader late (it is relayed every half tick), or `sync + read`
 //!   not being linearizable (ZOOKEEPER-1675) can eat into the `T/3` margin.
 //! * A follower cancelled while waiting leaves the deletion of its own node to the client's
-//!   background task and to the closing session; if the process exits at once, the node lingers
-//!   until the session expires. Only leaders wait for the deletion.
+//!   background task (the session stays open for the other scopes); if the process exits at
+//!   once, the node lingers until the session expires. Only leaders wait for the deletion.
 //! * A follower reports `NoQuorum` whenever its connection is down, even if the session is still
 //!   alive on the servers; acting is impossible either way.
 //! * Read-only sessions are never requested, and a `ConnectedReadOnly` state is treated as
@@ -68,24 +74,26 @@
 
 use std::future::{pending, Future};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::time::{sleep, sleep_until, timeout, Instant};
+use tokio::sync::watch;
+use tokio::time::{sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 use zookeeper_client::{
-    Client, CreateMode, Error as ZkError, LockClient, LockOptions, LockPrefix, SessionState, Stat,
-    StateWatcher,
+    Client, CreateMode, Error as ZkError, EventType, LockOptions, LockPrefix, OwnedLockClient,
+    SessionState, Stat,
 };
 
-use super::{Backend, LeaderSignal, Leadership};
+use super::driver::{self, Connect, Fault, Health, Pool, Seat, Session};
+use super::{Backend, LeaderSignal};
 use crate::config::{ZkAuth, ZkSettings};
 use crate::scope::Scope;
 
 mod connect;
 
-use super::backoff::Backoff;
 use connect::{connector, log_settings, node_acls};
 
 /// Curator's `LeaderLatch` node name.
@@ -94,21 +102,32 @@ pub const LATCH_NAME: &str = "latch-";
 /// Upper bound on the latch deletion at close.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Leader election through ZooKeeper: one session and one latch per scope.
+/// The path every session heartbeat syncs and reads (always exists, readable under any ACL).
+const HEARTBEAT_PATH: &str = "/";
+
+/// Leader election through ZooKeeper: one session per server, one latch per scope in it.
 #[derive(Clone, Debug)]
 pub struct ZooKeeperBackend {
     settings: ZkSettings,
+    pool: Arc<Pool<ZkConnect>>,
 }
 
 impl ZooKeeperBackend {
     pub fn new(settings: ZkSettings) -> Self {
-        ZooKeeperBackend { settings }
+        let pool = Arc::new(Pool::new(ZkConnect {
+            settings: settings.clone(),
+        }));
+        ZooKeeperBackend { settings, pool }
     }
 
     /// The latch directory of `scope`: `<root>/<encoded scope>`.
     pub fn latch_dir(&self, scope: &Scope) -> String {
-        format!("{}/{}", self.settings.root(), scope.encoded())
+        latch_dir(&self.settings, scope)
     }
+}
+
+fn latch_dir(settings: &ZkSettings, scope: &Scope) -> String {
+    format!("{}/{}", settings.root(), scope.encoded())
 }
 
 impl Backend for ZooKeeperBackend {
@@ -123,24 +142,156 @@ impl Backend for ZooKeeperBackend {
         signal: LeaderSignal,
         cancel: CancellationToken,
     ) -> BoxFuture<'static, ()> {
-        let campaign = Campaign {
-            dir: self.latch_dir(&scope),
-            settings: self.settings.clone(),
-            scope: scope.to_string(),
+        Box::pin(driver::drive(
+            self.pool.clone(),
+            scope,
             identity,
             signal,
             cancel,
-        };
-        Box::pin(campaign.run())
+        ))
     }
 }
 
-/// Why one session ended.
-enum End {
-    /// The cancel token fired; leadership, if any, has been released.
-    Cancelled,
-    /// The session or the latch is gone; start over with a new session.
-    Lost(String),
+/// Opens ZooKeeper sessions.
+struct ZkConnect {
+    settings: ZkSettings,
+}
+
+impl Connect for ZkConnect {
+    type Session = ZkSession;
+
+    fn connect(&self, identity: &str) -> BoxFuture<'static, Result<ZkSession, String>> {
+        let s = self.settings.clone();
+        let identity = identity.to_owned();
+        Box::pin(async move {
+            log_settings(&identity, &s);
+            let connecting = connector(&s).connect(&s.addresses);
+            let limit = s.session_timeout + s.connection_timeout;
+            let why = match timeout(limit, connecting).await {
+                Ok(Ok(client)) => return Ok(ZkSession::start(client, s, &identity)),
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no session within {limit:?}"),
+            };
+            // The client reports a failed SASL handshake only in its own log, as a connection
+            // failure.
+            let hint = match s.auth {
+                ZkAuth::Kerberos { .. } => {
+                    " (KERBEROS: is there a valid ticket in the credential cache?)"
+                }
+                _ => "",
+            };
+            Err(format!(
+                "cannot connect to ZooKeeper at {}: {why}{hint}",
+                s.addresses
+            ))
+        })
+    }
+
+    fn backoff(&self) -> (Duration, Duration) {
+        (self.settings.retry.base_wait, self.settings.retry.max_wait)
+    }
+}
+
+/// One server's ZooKeeper session and its heartbeat task.
+struct ZkSession {
+    client: Client,
+    settings: ZkSettings,
+    health: watch::Receiver<Health>,
+    stop: CancellationToken,
+}
+
+impl ZkSession {
+    fn start(client: Client, settings: ZkSettings, identity: &str) -> ZkSession {
+        let session = client.session_id();
+        let negotiated = client.session_timeout();
+        info!(
+            %identity,
+            %session,
+            negotiated_ms = negotiated.as_millis() as u64,
+            requested_ms = settings.session_timeout.as_millis() as u64,
+            "ZooKeeper session established; negotiated session timeout {negotiated:?}"
+        );
+        let (tx, health) = watch::channel(Health::Up { until: None });
+        let stop = CancellationToken::new();
+        tokio::spawn(heartbeats(client.clone(), tx, stop.clone()));
+        ZkSession {
+            client,
+            settings,
+            health,
+            stop,
+        }
+    }
+}
+
+impl Drop for ZkSession {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Session for ZkSession {
+    fn describe(&self) -> String {
+        format!("ZooKeeper session {}", self.client.session_id())
+    }
+
+    fn health(&self) -> watch::Receiver<Health> {
+        self.health.clone()
+    }
+
+    fn margin(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    fn stable_after(&self) -> Duration {
+        self.client.session_timeout()
+    }
+
+    fn election(&self, scope: &Scope) -> String {
+        latch_dir(&self.settings, scope)
+    }
+
+    fn contend(
+        self: Arc<Self>,
+        scope: &Scope,
+        identity: &str,
+    ) -> BoxFuture<'static, Result<Box<dyn Seat>, String>> {
+        let dir = self.election(scope);
+        let identity = identity.to_owned();
+        Box::pin(async move {
+            let acls = node_acls(&self.settings.auth);
+            let options = LockOptions::new(acls)
+                .with_ancestor_options(CreateMode::Persistent.with_acls(acls))
+                .map_err(|e| format!("invalid latch options: {e}"))?;
+            let prefix = LockPrefix::new_curator(&dir, LATCH_NAME)
+                .map_err(|e| format!("invalid latch path {dir}: {e}"))?;
+            // Cancellation safe: a dropped attempt deletes its node in the background.
+            let lock = self
+                .client
+                .lock(prefix, identity.as_bytes(), options)
+                .await
+                .map_err(|e| format!("latch {dir} failed: {e}"))?
+                .into_owned();
+            let seat: Box<dyn Seat> = Box::new(ZkSeat {
+                client: self.client.clone(),
+                lease: self.client.session_timeout() * 2 / 3,
+                lock,
+            });
+            Ok(seat)
+        })
+    }
+
+    fn abandon(self: Arc<Self>, _scope: &Scope) -> BoxFuture<'static, ()> {
+        // The dropped latch attempt deletes its own node in the background.
+        Box::pin(async {})
+    }
+
+    fn close(self: Arc<Self>) -> BoxFuture<'static, ()> {
+        // Dropping the last handle of the client closes the session (ephemeral nodes go with it).
+        Box::pin(async move {
+            self.stop.cancel();
+            drop(self);
+        })
+    }
 }
 
 /// A heartbeat in flight: when it was sent, and the reply.
@@ -169,282 +320,85 @@ impl<'a> Beat<'a> {
     }
 }
 
-/// One scope's campaign: everything the loop needs, owned.
-struct Campaign {
-    settings: ZkSettings,
-    dir: String,
-    scope: String,
-    identity: String,
-    signal: LeaderSignal,
-    cancel: CancellationToken,
+/// Errors that mean the session is over.
+fn ends_session(e: &ZkError) -> bool {
+    matches!(
+        e,
+        ZkError::SessionExpired
+            | ZkError::SessionMoved
+            | ZkError::AuthFailed
+            | ZkError::ClientClosed
+    )
 }
 
-impl Campaign {
-    async fn run(self) {
-        log_settings(&self.scope, &self.settings);
-        let mut backoff = Backoff::new(self.settings.retry.base_wait, self.settings.retry.max_wait);
-        loop {
-            let connected = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => break,
-                r = self.connect() => r,
-            };
-            let client = match connected {
-                Ok(client) => client,
-                Err(reason) => {
-                    warn!(scope = %self.scope, "{reason}");
-                    self.no_quorum(&reason);
-                    if self.rest(backoff.next_delay()).await {
-                        continue;
-                    }
-                    break;
-                }
-            };
-            let session = client.session_id();
-            let negotiated = client.session_timeout();
-            info!(
-                scope = %self.scope,
-                %session,
-                negotiated_ms = negotiated.as_millis() as u64,
-                requested_ms = self.settings.session_timeout.as_millis() as u64,
-                "ZooKeeper session established; negotiated session timeout {negotiated:?}"
-            );
-            let started = Instant::now();
-            match self.session(&client).await {
-                End::Cancelled => break,
-                End::Lost(reason) => {
-                    warn!(scope = %self.scope, %session, "session abandoned: {reason}");
-                    self.follow(&reason);
-                    drop(client);
-                    if started.elapsed() >= negotiated {
-                        backoff.reset();
-                    }
-                    if !self.rest(backoff.next_delay()).await {
-                        break;
-                    }
-                }
-            }
+/// The session's heartbeat: `sync` + `exists` every third of the negotiated timeout `T`; each
+/// confirmed one allows acting until `sent + 2/3 T`. Connection state changes are published at
+/// once.
+async fn heartbeats(client: Client, health: watch::Sender<Health>, stop: CancellationToken) {
+    let negotiated = client.session_timeout();
+    let lease = negotiated * 2 / 3;
+    let period = (negotiated / 3).max(Duration::from_millis(1));
+    let mut states = client.state_watcher();
+    let mut beat: Option<Beat> = None;
+    let mut next_beat = Instant::now();
+    let publish = |h: Health| {
+        health.send_if_modified(|old| {
+            let changed = *old != h;
+            *old = h;
+            changed
+        });
+    };
+    loop {
+        let state = client.state();
+        if state.is_terminated() {
+            publish(Health::Lost(format!("ZooKeeper session {state}")));
+            return;
         }
-        self.follow("closed");
-    }
-
-    /// Sleeps for `delay`; false if cancelled meanwhile.
-    async fn rest(&self, delay: Duration) -> bool {
+        let connected = state == SessionState::SyncConnected;
         tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => false,
-            _ = sleep(delay) => true,
-        }
-    }
-
-    async fn connect(&self) -> Result<Client, String> {
-        let s = &self.settings;
-        let connecting = connector(s).connect(&s.addresses);
-        let limit = s.session_timeout + s.connection_timeout;
-        let why = match timeout(limit, connecting).await {
-            Ok(Ok(client)) => return Ok(client),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no session within {limit:?}"),
-        };
-        // The client reports a failed SASL handshake only in its own log, as a connection failure.
-        let hint = match s.auth {
-            ZkAuth::Kerberos { .. } => {
-                " (KERBEROS: is there a valid ticket in the credential cache?)"
-            }
-            _ => "",
-        };
-        Err(format!(
-            "cannot connect to ZooKeeper at {}: {why}{hint}",
-            s.addresses
-        ))
-    }
-
-    /// Contends for the latch in `client`'s session, then leads until the session or the latch
-    /// is lost, or until cancellation.
-    async fn session(&self, client: &Client) -> End {
-        let mut states = client.state_watcher();
-        let acls = node_acls(&self.settings.auth);
-        let options = match LockOptions::new(acls)
-            .with_ancestor_options(CreateMode::Persistent.with_acls(acls))
-        {
-            Ok(options) => options,
-            Err(e) => return End::Lost(format!("invalid latch options: {e}")),
-        };
-        let prefix = match LockPrefix::new_curator(&self.dir, LATCH_NAME) {
-            Ok(prefix) => prefix,
-            Err(e) => return End::Lost(format!("invalid latch path {}: {e}", self.dir)),
-        };
-        self.follow("waiting for the latch");
-        let lock: LockClient<'_> = {
-            let contend = client.lock(prefix, self.identity.as_bytes(), options);
-            tokio::pin!(contend);
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = self.cancel.cancelled() => return End::Cancelled,
-                    state = states.changed() => match state {
-                        SessionState::Disconnected | SessionState::ConnectedReadOnly => {
-                            self.no_quorum("disconnected from ZooKeeper while following");
-                        }
-                        SessionState::SyncConnected => {
-                            self.follow("reconnected to ZooKeeper; waiting for the latch");
-                        }
-                        other => return End::Lost(format!("session {other} while following")),
-                    },
-                    r = &mut contend => match r {
-                        Ok(lock) => break lock,
-                        Err(e) => return End::Lost(format!("latch {} failed: {e}", self.dir)),
-                    },
-                }
-            }
-        };
-        let path = lock.lock_path().to_owned();
-        debug!(scope = %self.scope, %path, "latch acquired; confirming ownership");
-        let end = self.lead(client, &path, &mut states).await;
-        if matches!(end, End::Cancelled) {
-            self.release(client, &path).await;
-        }
-        // Deletes the node in the background if it still exists (a no-op after `release`).
-        drop(lock);
-        end
-    }
-
-    /// The leading phase: heartbeats, lease extension, pause and resume.
-    async fn lead(&self, client: &Client, path: &str, states: &mut StateWatcher) -> End {
-        let negotiated = client.session_timeout();
-        let lease = negotiated * 2 / 3;
-        let period = (negotiated / 3).max(Duration::from_millis(1));
-        let session = client.session_id();
-        let mut beat: Option<Beat> = None;
-        let mut next_beat = Instant::now();
-        // `Some` exactly while this candidate reports `Leading`.
-        let mut lease_until: Option<Instant> = None;
-        let mut why = format!("acquired latch {path}");
-        loop {
-            let state = client.state();
-            if state.is_terminated() {
-                return End::Lost(format!("ZooKeeper session {state}"));
-            }
-            let connected = state == SessionState::SyncConnected;
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return End::Cancelled,
-                state = states.changed() => match state {
-                    SessionState::Disconnected | SessionState::ConnectedReadOnly => {
-                        beat = None;
-                        if lease_until.take().is_some() {
-                            self.pause("disconnected from ZooKeeper; session not confirmed");
-                        }
-                        why = "reconnected to ZooKeeper; latch node confirmed".into();
-                    }
-                    // Re-check our node at once, in the same session.
-                    SessionState::SyncConnected => next_beat = Instant::now(),
-                    other => return End::Lost(format!("ZooKeeper session {other}")),
-                },
-                (sent, reply) = poll_beat(&mut beat) => {
+            _ = stop.cancelled() => return,
+            state = states.changed() => match state {
+                SessionState::Disconnected | SessionState::ConnectedReadOnly => {
                     beat = None;
-                    match reply {
-                        Ok(Some(stat)) if stat.ephemeral_owner == session.0 => {
-                            next_beat = sent + period;
-                            let until = sent + lease;
-                            if until <= Instant::now() {
-                                warn!(scope = %self.scope, %path, "heartbeat reply came too late to extend the lease");
-                                continue;
-                            }
-                            if lease_until.is_some() {
-                                self.signal.extend_until(until);
-                            } else {
-                                self.lead_until(until, &why);
-                            }
-                            lease_until = Some(until);
-                        }
-                        Ok(Some(stat)) => {
-                            return End::Lost(format!(
-                                "latch node {path} is owned by session {:#x}, not {session}",
-                                stat.ephemeral_owner
-                            ));
-                        }
-                        Ok(None) => return End::Lost(format!("latch node {path} is gone")),
-                        Err(e @ (ZkError::SessionExpired
-                        | ZkError::SessionMoved
-                        | ZkError::AuthFailed
-                        | ZkError::ClientClosed)) => {
-                            return End::Lost(format!("heartbeat on {path} failed: {e}"));
-                        }
-                        Err(e) => {
-                            warn!(scope = %self.scope, %path, "heartbeat failed: {e}");
-                            if lease_until.take().is_some() {
-                                self.pause(&format!("heartbeat failed: {e}"));
-                                why = "heartbeat confirmed again".into();
-                            }
-                            next_beat = Instant::now() + period / 4;
-                        }
-                    }
+                    publish(Health::Doubt("disconnected from ZooKeeper; session not confirmed".into()));
                 }
-                _ = sleep_until_some(lease_until) => {
-                    warn!(scope = %self.scope, %path, "lease deadline passed without a confirmed heartbeat");
-                    lease_until = None;
-                    beat = None;
-                    self.pause("lease deadline passed without a confirmed heartbeat");
-                    why = "heartbeat confirmed again".into();
+                // Confirm at once, in the same session.
+                SessionState::SyncConnected => {
+                    publish(Health::Up { until: None });
                     next_beat = Instant::now();
                 }
-                _ = sleep_until(next_beat), if beat.is_none() && connected => {
-                    beat = Some(Beat::send(client, path));
+                other => {
+                    publish(Health::Lost(format!("ZooKeeper session {other}")));
+                    return;
+                }
+            },
+            (sent, reply) = poll_beat(&mut beat) => {
+                beat = None;
+                match reply {
+                    Ok(_) => {
+                        next_beat = sent + period;
+                        let until = sent + lease;
+                        if until <= Instant::now() {
+                            warn!("ZooKeeper heartbeat reply came too late to extend the lease");
+                            continue;
+                        }
+                        publish(Health::Up { until: Some(until) });
+                    }
+                    Err(e) if ends_session(&e) => {
+                        publish(Health::Lost(format!("heartbeat failed: {e}")));
+                        return;
+                    }
+                    Err(e) => {
+                        warn!("ZooKeeper heartbeat failed: {e}");
+                        publish(Health::Doubt(format!("heartbeat failed: {e}")));
+                        next_beat = Instant::now() + period / 4;
+                    }
                 }
             }
-        }
-    }
-
-    /// Gives up leadership: stop acting, delete our node, then report `closed`.
-    async fn release(&self, client: &Client, path: &str) {
-        if self.signal.current() == Leadership::Leading {
-            self.pause("closing: releasing leadership");
-        }
-        let limit = RELEASE_TIMEOUT.min(client.session_timeout());
-        match timeout(limit, client.delete(path, None)).await {
-            Ok(Ok(())) | Ok(Err(ZkError::NoNode)) => {
-                info!(scope = %self.scope, %path, "latch node deleted; leadership released");
+            _ = sleep_until(next_beat), if beat.is_none() && connected => {
+                beat = Some(Beat::send(&client, HEARTBEAT_PATH));
             }
-            Ok(Err(e)) => {
-                warn!(scope = %self.scope, %path, "cannot delete latch node at close: {e}; the session close removes it");
-            }
-            Err(_) => {
-                warn!(scope = %self.scope, %path, "latch node deletion timed out after {limit:?}; the session close or expiry removes it");
-            }
-        }
-    }
-
-    fn lead_until(&self, until: Instant, reason: &str) {
-        self.log_transition(Leadership::Leading, reason);
-        self.signal.lead_until(until, reason);
-    }
-
-    fn pause(&self, reason: &str) {
-        self.log_transition(Leadership::Paused, reason);
-        self.signal.pause(reason);
-    }
-
-    fn follow(&self, reason: &str) {
-        self.log_transition(Leadership::Following, reason);
-        self.signal.follow(reason);
-    }
-
-    fn no_quorum(&self, reason: &str) {
-        self.log_transition(Leadership::NoQuorum, reason);
-        self.signal.no_quorum(reason);
-    }
-
-    fn log_transition(&self, to: Leadership, reason: &str) {
-        let from = self.signal.current();
-        if from != to {
-            info!(
-                scope = %self.scope,
-                identity = %self.identity,
-                "leadership {} -> {}: {reason}",
-                from.as_str(),
-                to.as_str()
-            );
         }
     }
 }
@@ -457,11 +411,88 @@ async fn poll_beat(beat: &mut Option<Beat<'_>>) -> (Instant, Result<Option<Stat>
     }
 }
 
-/// Sleeps until `deadline`; never resolves when there is none.
-async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => sleep_until(d).await,
-        None => pending().await,
+/// A latch node that leads its directory.
+struct ZkSeat {
+    client: Client,
+    /// How long a confirmed round trip allows acting, from when it was sent.
+    lease: Duration,
+    /// Deletes the node in the background when dropped (a no-op after `release`).
+    lock: OwnedLockClient,
+}
+
+impl Seat for ZkSeat {
+    fn describe(&self) -> String {
+        format!("acquired latch {}", self.lock.lock_path())
+    }
+
+    /// `sync` + `exists` on our node: it must exist and belong to our session.
+    fn confirm(&self) -> BoxFuture<'static, Result<Option<Instant>, Fault>> {
+        let (client, path, lease) = (
+            self.client.clone(),
+            self.lock.lock_path().to_owned(),
+            self.lease,
+        );
+        Box::pin(async move {
+            let session = client.session_id();
+            let beat = Beat::send(&client, &path);
+            let sent = beat.sent;
+            match beat.reply.await {
+                Ok(Some(stat)) if stat.ephemeral_owner == session.0 => Ok(Some(sent + lease)),
+                Ok(Some(stat)) => Err(Fault::Lost(format!(
+                    "latch node {path} is owned by session {:#x}, not {session}",
+                    stat.ephemeral_owner
+                ))),
+                Ok(None) => Err(Fault::Lost(format!("latch node {path} is gone"))),
+                Err(e) if ends_session(&e) => Err(Fault::Lost(format!("confirming {path}: {e}"))),
+                Err(e) => Err(Fault::Retry(format!("confirming {path}: {e}"))),
+            }
+        })
+    }
+
+    /// Watches our node; resolves when it is deleted while the session lives.
+    fn lost(&self) -> BoxFuture<'static, String> {
+        let (client, path) = (self.client.clone(), self.lock.lock_path().to_owned());
+        Box::pin(async move {
+            loop {
+                match client.check_and_watch_stat(&path).await {
+                    Ok((None, _)) => return format!("latch node {path} is gone"),
+                    Ok((Some(_), watcher)) => {
+                        let event = watcher.changed().await;
+                        if event.event_type == EventType::NodeDeleted {
+                            return format!("latch node {path} was deleted");
+                        }
+                        if event.event_type == EventType::Session {
+                            // Session trouble is the session's heartbeat's business.
+                            return pending().await;
+                        }
+                    }
+                    Err(e) if ends_session(&e) => return pending().await,
+                    Err(_) => {
+                        // Disconnected: the session's health pauses leaders; look again later.
+                        tokio::time::sleep(client.session_timeout() / 3).await;
+                    }
+                }
+            }
+        })
+    }
+
+    /// Deletes our node (bounded), so that the next candidate leads within milliseconds.
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let path = self.lock.lock_path().to_owned();
+            let limit = RELEASE_TIMEOUT.min(self.client.session_timeout());
+            match timeout(limit, self.client.delete(&path, None)).await {
+                Ok(Ok(())) | Ok(Err(ZkError::NoNode)) => {
+                    info!(%path, "latch node deleted; leadership released");
+                }
+                Ok(Err(e)) => {
+                    warn!(%path, "cannot delete latch node at close: {e}; the session close removes it");
+                }
+                Err(_) => {
+                    warn!(%path, "latch node deletion timed out after {limit:?}; the session close or expiry removes it");
+                }
+            }
+        })
     }
 }
 

@@ -1,0 +1,712 @@
+//! The campaign driver shared by the ZooKeeper and etcd backends: one coordination session per
+//! server, and one small loop per scope on top of it.
+//!
+//! A backend supplies a [`Connect`] (how to open a session: a ZooKeeper session, or an etcd
+//! connection with one lease and its keep-alive) and, per session, how to enter one scope's
+//! election ([`Session::contend`]) and hold a won seat ([`Seat`]). This module owns the rest:
+//!
+//! * [`Pool`]: one session per server identity (a Kyuubi server has one), opened by the first
+//!   scope that needs it, shared by every scope, and closed (ZooKeeper session closed, etcd lease
+//!   revoked) when the last scope using it ends. A session that is lost (expired, lease gone) is
+//!   replaced by one new session, which every scope then campaigns on again.
+//! * [`drive`]: one scope's loop: session → contend → confirm → lead while the session's
+//!   [`Health`] allows → pause / follow → retry with backoff, until cancelled; on cancellation a
+//!   won seat is released (pause, then delete the latch node / resign) before `closed`.
+//!
+//! The session proves liveness for every scope at once: it publishes [`Health::Up`] with a local
+//! deadline counted from when its last confirmed heartbeat (ZooKeeper `sync` + `exists`) or
+//! keep-alive (etcd) was *sent*. A scope leads only after its own seat was confirmed by one round
+//! trip (its latch node exists and belongs to this session; its election key is ours), and its
+//! lease deadline is the later of that confirmation's bound and the session's. Every transition
+//! out of `Up` (disconnected, heartbeat failed, no keep-alive for a TTL) pauses every leading scope
+//! at once, and each confirms its seat again before it leads again.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::pending;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+use tokio::time::{sleep, sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::backoff::Backoff;
+use super::{LeaderSignal, Leadership};
+use crate::scope::Scope;
+
+/// What a session knows about its own liveness; shared by every scope on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// In contact. `until`: leaders may act until then (a confirmed heartbeat or keep-alive,
+    /// counted from when it was sent); `None` until the first one is confirmed.
+    Up { until: Option<Instant> },
+    /// Contact in doubt (disconnected, a heartbeat or keep-alive failed): leaders pause,
+    /// followers report `NoQuorum`.
+    Doubt(String),
+    /// Nothing confirmed for a whole lease: everybody reports `NoQuorum`.
+    Down(String),
+    /// The session is gone for good (expired, closed, lease gone): start over on a new one.
+    Lost(String),
+}
+
+/// Why a seat operation failed.
+pub(crate) enum Fault {
+    /// The seat is gone (latch node deleted or owned by another session, key replaced): this
+    /// scope campaigns again.
+    Lost(String),
+    /// A transient failure: try again shortly.
+    Retry(String),
+}
+
+/// How a backend opens sessions.
+pub(crate) trait Connect: Send + Sync + 'static {
+    type Session: Session;
+
+    /// Opens one session for `identity` and proves it healthy with a round trip.
+    fn connect(&self, identity: &str) -> BoxFuture<'static, Result<Self::Session, String>>;
+
+    /// Backoff between failed connections or campaigns: (base, cap).
+    fn backoff(&self) -> (Duration, Duration);
+}
+
+/// One server's session with the coordination service.
+pub(crate) trait Session: Send + Sync + 'static {
+    /// For logs: `ZooKeeper session 0x…`, `etcd lease …`.
+    fn describe(&self) -> String;
+
+    fn health(&self) -> watch::Receiver<Health>;
+
+    /// A leader pauses this long before its lease deadline.
+    fn margin(&self) -> Duration;
+
+    /// A session that lived this long resets the backoff when lost.
+    fn stable_after(&self) -> Duration;
+
+    /// The election of `scope`, for logs and the per-scope turn.
+    fn election(&self, scope: &Scope) -> String;
+
+    /// Enters the election of `scope` as `identity`; resolves once this candidate has won.
+    /// Dropping the future withdraws (the backend cleans up what it created, at once or in the
+    /// background); [`Session::abandon`] is then awaited.
+    fn contend(
+        self: Arc<Self>,
+        scope: &Scope,
+        identity: &str,
+    ) -> BoxFuture<'static, Result<Box<dyn Seat>, String>>;
+
+    /// Removes what a dropped [`Session::contend`] of `scope` may have left.
+    fn abandon(self: Arc<Self>, scope: &Scope) -> BoxFuture<'static, ()>;
+
+    /// Ends the session (closes it, revokes the lease); called when its last scope ended.
+    fn close(self: Arc<Self>) -> BoxFuture<'static, ()>;
+}
+
+/// A won election of one scope on one session.
+pub(crate) trait Seat: Send + Sync {
+    /// How leadership was won, for logs and status.
+    fn describe(&self) -> String;
+
+    /// One round trip that shows the seat is still ours; `Some(until)` when the reply also
+    /// bounds the lease (sent + allowed).
+    fn confirm(&self) -> BoxFuture<'static, Result<Option<Instant>, Fault>>;
+
+    /// Resolves if the seat disappears while the session lives (never, where that cannot be
+    /// watched).
+    fn lost(&self) -> BoxFuture<'static, String>;
+
+    /// Gives the seat up (bounded; failures are logged, the session's end removes it anyway).
+    fn release(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
+
+struct Entry<S> {
+    session: Arc<S>,
+    users: usize,
+}
+
+struct Slot<S> {
+    current: Option<Entry<S>>,
+    /// Connection attempts so far, and the error of the last one.
+    attempts: u64,
+    last_error: Option<String>,
+    /// One connection attempt at a time.
+    connecting: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl<S> Slot<S> {
+    fn new() -> Self {
+        Slot {
+            current: None,
+            attempts: 0,
+            last_error: None,
+            connecting: Arc::default(),
+        }
+    }
+}
+
+/// Held while one candidacy of an (identity, election) pair runs.
+type Turn = Arc<tokio::sync::Mutex<()>>;
+
+/// The sessions of one backend instance: one per identity.
+pub(crate) struct Pool<C: Connect> {
+    connector: C,
+    slots: Mutex<HashMap<String, Slot<C::Session>>>,
+    /// One candidacy per (identity, election) at a time, so that a scope started again while
+    /// its previous campaign is still releasing does not share its key or node.
+    turns: Mutex<HashMap<(String, String), Turn>>,
+}
+
+impl<C: Connect> fmt::Debug for Pool<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let live = slots.values().filter(|s| s.current.is_some()).count();
+        f.debug_struct("Pool").field("sessions", &live).finish()
+    }
+}
+
+fn is_live<S: Session>(s: &S) -> bool {
+    !matches!(*s.health().borrow(), Health::Lost(_))
+}
+
+impl<C: Connect> Pool<C> {
+    pub(crate) fn new(connector: C) -> Self {
+        Pool {
+            connector,
+            slots: Mutex::default(),
+            turns: Mutex::default(),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot<C::Session>>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the live session of `identity`, or opens one; one attempt at a time, and callers
+    /// that waited for a failed attempt get its error instead of trying again at once.
+    async fn acquire(&self, identity: &str) -> Result<Arc<C::Session>, String> {
+        let take = |slot: &mut Slot<C::Session>| -> Option<Arc<C::Session>> {
+            let entry = slot.current.as_mut().filter(|e| is_live(&*e.session))?;
+            entry.users += 1;
+            Some(entry.session.clone())
+        };
+        let (gate, seen) = {
+            let mut slots = self.slots();
+            let slot = slots.entry(identity.to_owned()).or_insert_with(Slot::new);
+            if let Some(s) = take(slot) {
+                return Ok(s);
+            }
+            (slot.connecting.clone(), slot.attempts)
+        };
+        let _gate = gate.lock().await;
+        {
+            let mut slots = self.slots();
+            if let Some(slot) = slots.get_mut(identity) {
+                if let Some(s) = take(slot) {
+                    return Ok(s);
+                }
+                if slot.attempts > seen {
+                    if let Some(e) = &slot.last_error {
+                        return Err(e.clone());
+                    }
+                }
+            }
+        }
+        let connected = self.connector.connect(identity).await;
+        let mut slots = self.slots();
+        let slot = slots.entry(identity.to_owned()).or_insert_with(Slot::new);
+        slot.attempts += 1;
+        match connected {
+            Ok(session) => {
+                let session = Arc::new(session);
+                slot.last_error = None;
+                slot.current = Some(Entry {
+                    session: session.clone(),
+                    users: 1,
+                });
+                Ok(session)
+            }
+            Err(e) => {
+                slot.last_error = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// A scope is done with `session`; the last one closes it.
+    async fn release(&self, identity: &str, session: Arc<C::Session>) {
+        let closing = {
+            let mut slots = self.slots();
+            let Some(slot) = slots.get_mut(identity) else {
+                return;
+            };
+            let last = match slot.current.as_mut() {
+                Some(e) if Arc::ptr_eq(&e.session, &session) => {
+                    e.users = e.users.saturating_sub(1);
+                    e.users == 0
+                }
+                // A replaced (lost) session: it goes when its last holder drops it.
+                _ => false,
+            };
+            if last {
+                slot.current = None;
+            }
+            last
+        };
+        if closing {
+            info!(
+                identity,
+                "last scope released {}; closing it",
+                session.describe()
+            );
+            session.close().await;
+        }
+    }
+
+    fn turn(&self, identity: &str, election: String) -> Turn {
+        let mut turns = self.turns.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget the turns nobody holds or waits for.
+        turns.retain(|_, t| Arc::strong_count(t) > 1);
+        turns
+            .entry((identity.to_owned(), election))
+            .or_default()
+            .clone()
+    }
+}
+
+/// Why one term on one session ended.
+enum End {
+    /// Cancelled; a won seat has been released.
+    Cancelled,
+    /// This scope's seat or the whole session is gone: campaign again after a backoff.
+    Lost(String),
+}
+
+/// Reports one scope's transitions and logs them.
+struct Reporter {
+    scope: String,
+    identity: String,
+    signal: LeaderSignal,
+}
+
+impl Reporter {
+    fn log(&self, to: Leadership, reason: &str) {
+        let from = self.signal.current();
+        if from != to {
+            let (scope, identity) = (&self.scope, &self.identity);
+            let (from, to) = (from.as_str(), to.as_str());
+            info!(%scope, %identity, "leadership {from} -> {to}: {reason}");
+        }
+    }
+
+    fn lead_until(&self, until: Instant, reason: &str) {
+        self.log(Leadership::Leading, reason);
+        self.signal.lead_until(until, reason);
+    }
+
+    fn pause(&self, reason: &str) {
+        self.log(Leadership::Paused, reason);
+        self.signal.pause(reason);
+    }
+
+    fn follow(&self, reason: &str) {
+        self.log(Leadership::Following, reason);
+        self.signal.follow(reason);
+    }
+
+    fn no_quorum(&self, reason: &str) {
+        self.log(Leadership::NoQuorum, reason);
+        self.signal.no_quorum(reason);
+    }
+}
+
+/// Campaigns for `scope` as `identity` on the pool's shared session until `cancel` fires.
+pub(crate) async fn drive<C: Connect>(
+    pool: Arc<Pool<C>>,
+    scope: Scope,
+    identity: String,
+    signal: LeaderSignal,
+    cancel: CancellationToken,
+) {
+    let (base, cap) = pool.connector.backoff();
+    let mut backoff = Backoff::new(base, cap);
+    let r = Reporter {
+        scope: scope.to_string(),
+        identity: identity.clone(),
+        signal,
+    };
+    let rest = |delay: Duration| {
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => false,
+                _ = sleep(delay) => true,
+            }
+        }
+    };
+    // The session this scope keeps using after a failed campaign, while it lives.
+    let mut kept: Option<Arc<C::Session>> = None;
+    loop {
+        let session = match kept.take() {
+            Some(s) if is_live(&*s) => s,
+            stale => {
+                if let Some(s) = stale {
+                    pool.release(&identity, s).await;
+                }
+                let acquired = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => break,
+                    s = pool.acquire(&identity) => s,
+                };
+                match acquired {
+                    Ok(s) => s,
+                    Err(reason) => {
+                        warn!(scope = %r.scope, "{reason}");
+                        r.no_quorum(&reason);
+                        if rest(backoff.next_delay()).await {
+                            continue;
+                        }
+                        break;
+                    }
+                }
+            }
+        };
+        let started = Instant::now();
+        let turn = pool.turn(&identity, session.election(&scope));
+        let end = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => End::Cancelled,
+            _held = turn.lock() => term(&session, &scope, &r, &cancel).await,
+        };
+        match end {
+            End::Cancelled => {
+                pool.release(&identity, session).await;
+                break;
+            }
+            End::Lost(reason) => {
+                let described = session.describe();
+                warn!(scope = %r.scope, session = %described, "campaign ended: {reason}");
+                r.follow(&reason);
+                if started.elapsed() >= session.stable_after() {
+                    backoff.reset();
+                }
+                // A failed campaign tries again on the same session; a lost session is let go.
+                kept = Some(session);
+                if !rest(backoff.next_delay()).await {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(s) = kept {
+        pool.release(&identity, s).await;
+    }
+    r.follow("closed");
+}
+
+/// One scope's campaign on one session: contend, then lead until the seat or the session is
+/// lost, or until cancellation.
+async fn term<S: Session>(
+    session: &Arc<S>,
+    scope: &Scope,
+    r: &Reporter,
+    cancel: &CancellationToken,
+) -> End {
+    let mut health = session.health();
+    let election = session.election(scope);
+    let waiting = format!("campaigning for {election}");
+    let report_waiting = |h: &Health| match h {
+        Health::Up { .. } => r.follow(&waiting),
+        Health::Doubt(why) | Health::Down(why) => r.no_quorum(why),
+        Health::Lost(_) => {}
+    };
+    let initial = health.borrow_and_update().clone();
+    if let Health::Lost(why) = initial {
+        return End::Lost(why);
+    }
+    report_waiting(&initial);
+    let mut contend = session.clone().contend(scope, &r.identity);
+    let seat = loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                drop(contend);
+                session.clone().abandon(scope).await;
+                return End::Cancelled;
+            }
+            changed = health.changed() => {
+                if changed.is_err() {
+                    return End::Lost(format!("{} ended", session.describe()));
+                }
+                let h = health.borrow_and_update().clone();
+                if let Health::Lost(why) = h {
+                    return End::Lost(why);
+                }
+                report_waiting(&h);
+            }
+            won = &mut contend => match won {
+                Ok(seat) => break seat,
+                Err(e) => return End::Lost(e),
+            },
+        }
+    };
+    let end = lead(session, &*seat, r, cancel, &mut health).await;
+    if matches!(end, End::Cancelled) {
+        if r.signal.current() == Leadership::Leading {
+            r.pause("closing: releasing leadership");
+        }
+        seat.release().await;
+    }
+    end
+}
+
+/// The won phase: confirm the seat, lead while the session's health allows, pause when it does
+/// not, and confirm again before leading again.
+async fn lead<S: Session>(
+    session: &Arc<S>,
+    seat: &dyn Seat,
+    r: &Reporter,
+    cancel: &CancellationToken,
+    health: &mut watch::Receiver<Health>,
+) -> End {
+    let margin = session.margin();
+    let why_won = seat.describe();
+    let mut why = why_won.clone();
+    let mut lost = seat.lost();
+    // A confirmation in flight, or when to send the next one.
+    let mut confirm: Option<BoxFuture<'static, Result<Option<Instant>, Fault>>> = None;
+    let mut retry_at: Option<Instant> = None;
+    let mut confirmed = false;
+    // The bound the last confirmation itself proved.
+    let mut proven: Option<Instant> = None;
+    // `Some` exactly while reporting `Leading`.
+    let mut lease_until: Option<Instant> = None;
+    let mut h = health.borrow_and_update().clone();
+    loop {
+        // Apply the current health.
+        match &h {
+            Health::Lost(why) => return End::Lost(why.clone()),
+            Health::Up { until } => {
+                if !confirmed && confirm.is_none() && retry_at.is_none() {
+                    confirm = Some(seat.confirm());
+                }
+                let until = match (proven, *until) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+                let now = Instant::now();
+                match until.filter(|u| confirmed && *u > now + margin) {
+                    Some(u) if lease_until.is_some() => {
+                        r.signal.extend_until(u);
+                        lease_until = Some(u);
+                    }
+                    Some(u) => {
+                        r.lead_until(u, &why);
+                        lease_until = Some(u);
+                    }
+                    None => {}
+                }
+            }
+            Health::Doubt(reason) => {
+                (confirmed, proven, confirm, retry_at) = (false, None, None, None);
+                if lease_until.take().is_some() || r.signal.current() == Leadership::Leading {
+                    r.pause(reason);
+                } else if r.signal.current() != Leadership::Paused {
+                    r.no_quorum(reason);
+                }
+                why = format!("reconnected after \"{reason}\"; seat confirmed again");
+            }
+            Health::Down(reason) => {
+                (confirmed, proven, confirm, retry_at) = (false, None, None, None);
+                lease_until = None;
+                r.no_quorum(reason);
+                why = "lease confirmed alive again".into();
+            }
+        }
+        let pause_at = lease_until.map(|u| u.checked_sub(margin).unwrap_or(u));
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return End::Cancelled,
+            changed = health.changed() => {
+                if changed.is_err() {
+                    return End::Lost(format!("{} ended", session.describe()));
+                }
+                h = health.borrow_and_update().clone();
+            }
+            reason = &mut lost => return End::Lost(reason),
+            done = poll_some(&mut confirm) => {
+                confirm = None;
+                match done {
+                    Ok(bound) => {
+                        confirmed = true;
+                        proven = bound;
+                        if bound.is_some_and(|b| b <= Instant::now()) {
+                            warn!(scope = %r.scope, "confirmation came too late to extend the lease");
+                        }
+                    }
+                    Err(Fault::Lost(reason)) => return End::Lost(reason),
+                    Err(Fault::Retry(reason)) => {
+                        warn!(scope = %r.scope, "confirming {why_won}: {reason}");
+                        if lease_until.take().is_some() {
+                            r.pause(&reason);
+                        }
+                        retry_at = Some(Instant::now() + Duration::from_millis(250));
+                    }
+                }
+            }
+            _ = sleep_until_some(retry_at) => retry_at = None,
+            _ = sleep_until_some(pause_at) => {
+                lease_until = None;
+                (confirmed, proven) = (false, None);
+                let reason = "lease deadline near without a newer confirmed heartbeat";
+                warn!(scope = %r.scope, "{reason}");
+                r.pause(reason);
+                why = "heartbeat confirmed again".into();
+            }
+        }
+    }
+}
+
+/// Awaits the future in `slot`; never resolves when there is none.
+pub(crate) async fn poll_some<T>(slot: &mut Option<BoxFuture<'static, T>>) -> T {
+    match slot {
+        Some(f) => f.await,
+        None => pending().await,
+    }
+}
+
+/// Sleeps until `deadline`; never resolves when there is none.
+pub(crate) async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => sleep_until(d).await,
+        None => pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Sessions that count how often they were opened and closed.
+    #[derive(Default)]
+    struct Counting {
+        opened: Arc<AtomicUsize>,
+        closed: Arc<AtomicUsize>,
+        fail: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    struct Fake {
+        health: watch::Sender<Health>,
+        closed: Arc<AtomicUsize>,
+    }
+
+    impl Connect for Counting {
+        type Session = Fake;
+
+        fn connect(&self, _identity: &str) -> BoxFuture<'static, Result<Fake, String>> {
+            let (opened, closed) = (self.opened.clone(), self.closed.clone());
+            let fail = self.fail.load(Ordering::SeqCst);
+            Box::pin(async move {
+                // Long enough for every other caller to queue up behind this attempt.
+                sleep(Duration::from_millis(20)).await;
+                if fail {
+                    return Err("refused".into());
+                }
+                opened.fetch_add(1, Ordering::SeqCst);
+                let (health, _) = watch::channel(Health::Up { until: None });
+                Ok(Fake { health, closed })
+            })
+        }
+
+        fn backoff(&self) -> (Duration, Duration) {
+            (Duration::from_millis(1), Duration::from_millis(1))
+        }
+    }
+
+    impl Session for Fake {
+        fn describe(&self) -> String {
+            "fake".into()
+        }
+        fn health(&self) -> watch::Receiver<Health> {
+            self.health.subscribe()
+        }
+        fn margin(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn stable_after(&self) -> Duration {
+            Duration::ZERO
+        }
+        fn election(&self, scope: &Scope) -> String {
+            scope.encoded()
+        }
+        fn contend(
+            self: Arc<Self>,
+            _scope: &Scope,
+            _identity: &str,
+        ) -> BoxFuture<'static, Result<Box<dyn Seat>, String>> {
+            Box::pin(pending())
+        }
+        fn abandon(self: Arc<Self>, _scope: &Scope) -> BoxFuture<'static, ()> {
+            Box::pin(async {})
+        }
+        fn close(self: Arc<Self>) -> BoxFuture<'static, ()> {
+            self.closed.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn one_session_per_identity_shared_and_closed_by_the_last_user() {
+        let c = Counting::default();
+        let (opened, closed, fail) = (c.opened.clone(), c.closed.clone(), c.fail.clone());
+        let pool = Arc::new(Pool::new(c));
+        let grabs = (0..20).map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.acquire("server-a").await })
+        });
+        let mut sessions = Vec::new();
+        for g in grabs {
+            sessions.push(g.await.expect("task").expect("session"));
+        }
+        assert_eq!(opened.load(Ordering::SeqCst), 1);
+        assert!(sessions.iter().all(|s| Arc::ptr_eq(s, &sessions[0])));
+        // Another identity gets its own.
+        let other = pool.acquire("server-b").await.expect("session");
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+
+        let last = sessions.pop().expect("one");
+        for s in sessions {
+            pool.release("server-a", s).await;
+        }
+        assert_eq!(closed.load(Ordering::SeqCst), 0);
+        pool.release("server-a", last).await;
+        assert_eq!(closed.load(Ordering::SeqCst), 1);
+
+        // A lost session is replaced by one new session for everybody.
+        let again = pool.acquire("server-b").await.expect("session");
+        assert!(Arc::ptr_eq(&again, &other));
+        other.health.send_replace(Health::Lost("expired".into()));
+        let renewed: Vec<_> = futures::future::join_all((0..5).map(|_| pool.acquire("server-b")))
+            .await
+            .into_iter()
+            .map(|r| r.expect("session"))
+            .collect();
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+        assert!(renewed.iter().all(|s| !Arc::ptr_eq(s, &other)));
+
+        // Callers queued behind a failed attempt get its error rather than trying again at once.
+        fail.store(true, Ordering::SeqCst);
+        renewed[0]
+            .health
+            .send_replace(Health::Lost("expired".into()));
+        let failed = futures::future::join_all((0..5).map(|_| pool.acquire("server-b"))).await;
+        assert!(failed
+            .iter()
+            .all(|r| r.as_ref().err().map(String::as_str) == Some("refused")));
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+}
