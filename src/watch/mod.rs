@@ -362,7 +362,7 @@ fn forward(
         return Ok(());
     }
     if let Some(l) = listed {
-        l.insert(Arc::from(obs.pod_uid.as_str()));
+        l.insert(Uid::new(&obs.pod_uid));
     }
     t.tx.send(Command::Observe(Box::new(obs))).map_err(|_| Gone)
 }
