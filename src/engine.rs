@@ -323,7 +323,7 @@ impl Engine {
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(scope) {
-                let _ = h.tx.send(Command::Observe(Box::new(obs)));
+                let _ = h.tx.send(Command::Observe(obs));
                 return Ok(());
             }
         }
@@ -358,7 +358,7 @@ impl Engine {
         let h = scopes
             .entry(scope.clone())
             .or_insert_with(|| self.start_scope(scope.clone()));
-        let _ = h.tx.send(Command::Observe(Box::new(obs)));
+        let _ = h.tx.send(Command::Observe(obs));
         Ok(())
     }
 

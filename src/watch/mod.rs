@@ -364,7 +364,7 @@ fn forward(
     if let Some(l) = listed {
         l.insert(Uid::new(&obs.pod_uid));
     }
-    t.tx.send(Command::Observe(Box::new(obs))).map_err(|_| Gone)
+    t.tx.send(Command::Observe(obs)).map_err(|_| Gone)
 }
 
 /// An expiry is routine (INFO); another error is a WARN when it differs from the last one, else
