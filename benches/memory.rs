@@ -19,8 +19,8 @@
 //!    Followers arm their timers too (the sweeper inserts every new record into its deadline queue
 //!    whatever the leadership), so both figures come out the same; a takeover allocates nothing
 //!    per pod.
-//! 4. Where the bytes go: a standalone `Tracker` (the real type) fed the same N pods, and a model
-//!    of the sweeper's timer structures (`DelayQueue<Arc<str>>` + `HashMap<Arc<str>, Key>`).
+//! 4. Where the bytes go: a standalone `Tracker` (the real type) fed the same N pods (records and
+//!    their UID index), then the same tracker with every pod's timer armed (the timer entries).
 //!
 //! Heap bytes are counted by a `#[global_allocator]` around the system allocator: requested sizes,
 //! so malloc's own headers and size-class rounding are not included (the RSS figures, from
@@ -42,10 +42,10 @@ use common::recorder::{self, Recorder};
 use podsweep::clock::Clock;
 use podsweep::config::{keys, CleanupKind, Settings};
 use podsweep::engine::Engine;
+use podsweep::ident::Ident;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
 use podsweep::tracker::Tracker;
-use tokio_util::time::{delay_queue, DelayQueue};
 
 /// Counts live heap bytes (allocated - freed) and their peak.
 struct Counting;
@@ -422,9 +422,10 @@ fn child(n: usize) -> Result<(), String> {
 
     let strings = {
         let p = pod(0, terminated_at);
-        // Heap bytes of one record's strings: tag + name in the record, the UID as an Arc<str>
-        // (two reference counts + bytes), shared by the tracker and the timers.
-        p.tag.len() + p.pod_name.len() + p.pod_uid.len() + 16
+        // Heap bytes of one record's strings: UID and tag are UUIDs (kept inline, 0), the name is
+        // shared by every pod whose name has the same shape around its tag (0 per pod here);
+        // what they were as Strings: tag + name + UID as an Arc<str> (two counts + bytes).
+        (0, p.tag.len() + p.pod_name.len() + p.pod_uid.len() + 16)
     };
     let line = serde_json::json!({
         "pods": n,
@@ -444,9 +445,10 @@ fn child(n: usize) -> Result<(), String> {
         "due_leading": field(&st_leading, "due"),
         "deletes_sent": field(&st_leading, "deletes_sent"),
         "breakdown_bytes_per_pod": {
-            "tracker": per_pod(tracker_bytes, n),
-            "timers_model": per_pod(timer_bytes, n),
-            "strings_in_tracker": strings,
+            "tracker_records_and_index": per_pod(tracker_bytes, n),
+            "tracker_timers": per_pod(timer_bytes, n),
+            "strings_in_tracker": strings.0,
+            "strings_as_separate_allocations_were": strings.1,
         },
         "live_bytes_left_after_close": after_close,
         "rss_cross_check": {
@@ -462,34 +464,30 @@ fn child(n: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Heap bytes of a standalone [`Tracker`] holding the N pods, and of a model of the sweeper's
-/// timer structures for them (a `DelayQueue<Arc<str>>` entry and a `HashMap<Arc<str>, Key>`
-/// entry per pod, sharing the tracker's UID `Arc`s).
+/// Heap bytes of a standalone [`Tracker`] holding the N pods (records and UID index), and of
+/// arming every pod's timer in it.
 fn breakdown(n: usize, terminated_at: SystemTime, rt: &tokio::runtime::Runtime) -> (isize, isize) {
-    let mut uids: Vec<Arc<str>> = Vec::with_capacity(n);
+    let _enter = rt.enter();
+    let mut uids: Vec<Ident> = Vec::with_capacity(n);
     let before = live() as isize;
     let mut tracker = Tracker::new(Duration::from_secs(4200));
     let now_wall = SystemTime::now();
     let now = tokio::time::Instant::now();
-    // `uids` was allocated before `before`: only the tracker's allocations (which include the
-    // UID `Arc<str>`s it shares with the timers) are counted.
+    // `uids` was allocated before `before`; its idents are inline (UUIDs), so it holds no heap
+    // bytes of its own.
     for i in 0..n {
         let obs = pod(i as u64, terminated_at);
-        let uid: Arc<str> = Arc::from(obs.pod_uid.as_str());
+        let uid = Ident::new(&obs.pod_uid);
         tracker.observe(&uid, &obs, CleanupKind::All, now_wall, now);
         uids.push(uid);
     }
     let tracker_bytes = live() as isize - before;
 
-    let _enter = rt.enter();
     let before = live() as isize;
-    let mut queue: DelayQueue<Arc<str>> = DelayQueue::new();
-    let mut keys: HashMap<Arc<str>, delay_queue::Key> = HashMap::new();
     for uid in &uids {
-        let key = queue.insert(uid.clone(), Duration::from_secs(3570));
-        keys.insert(uid.clone(), key);
+        tracker.arm(uid, now + Duration::from_secs(3570));
     }
     let timer_bytes = live() as isize - before;
-    drop((queue, keys, tracker, uids));
+    drop((tracker, uids));
     (tracker_bytes, timer_bytes)
 }

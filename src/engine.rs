@@ -4,7 +4,11 @@
 //! * [`Engine::observe`] never blocks on the network: it validates, looks the scope up (creating
 //!   its task on first use) and queues the event.
 //! * A namespace that is not a DNS-1123 label, or a pod name that is not a DNS-1123 subdomain, is
-//!   refused (`IllegalArgumentException` naming the argument): it cannot name a pod.
+//!   refused (`IllegalArgumentException` naming the argument): it cannot name a pod. On the JVM's
+//!   hot path ([`Engine::observe_in`]) a pod name is read and checked only for an event that can
+//!   lead to a DELETE or ends a record; a running pod's name is never used.
+//! * Events of a scope reach its task in the order they were observed; while they stream in, the
+//!   task takes them in batches without being woken per event (it is never held back).
 //! * Pods in a scope outside `kyuubi.kubernetes.context.allow.list` /
 //!   `kyuubi.kubernetes.namespace.allow.list` are refused, never tracked, by Kyuubi's rule: only
 //!   a context or namespace the scope names is checked (an absent one is allowed). The first event
@@ -41,6 +45,13 @@ use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, Sweeper
 use crate::watch::{self, Watches};
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
+
+/// Scopes resolved by [`Engine::scope_id`]: id `i` is `scopes[i - 1]`.
+#[derive(Default)]
+struct Interned {
+    ids: HashMap<Scope, u32>,
+    scopes: Vec<Scope>,
+}
 
 #[derive(Debug, Error)]
 pub enum EngineError {
@@ -89,6 +100,7 @@ pub struct Engine {
     scopes: ScopeTable,
     /// Scopes the allow lists refused, with the error their first event got.
     refused: RwLock<HashMap<Scope, String>>,
+    interned: RwLock<Interned>,
     next_id: AtomicU64,
     closed: AtomicBool,
     /// Self-watch mode's watch tasks (`None` when the JVM feeds the engine).
@@ -172,6 +184,7 @@ impl Engine {
             sweeper_cfg,
             scopes: Arc::default(),
             refused: RwLock::default(),
+            interned: RwLock::default(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             watches,
@@ -217,6 +230,70 @@ impl Engine {
 
     /// Feeds one pod event. Non-blocking.
     pub fn observe(&self, scope: Scope, obs: Observation) -> Result<(), EngineError> {
+        self.check_observation(&obs, true)?;
+        if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
+            return Ok(());
+        }
+        self.deliver(&scope, obs)
+    }
+
+    /// A scope's id for [`Engine::observe_in`], the same for the engine's whole life (ids start
+    /// at 1). The namespace is checked here (`IllegalArgumentException` naming it); the allow
+    /// lists are applied by the scope's first event, as with [`Engine::observe`].
+    pub fn scope_id(&self, scope: Scope) -> Result<u32, EngineError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        if let Some(id) = self
+            .interned
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .ids
+            .get(&scope)
+        {
+            return Ok(*id);
+        }
+        if let Some(ns) = &scope.namespace {
+            crate::names::check_namespace(ns).map_err(|message| EngineError::Argument {
+                name: "namespace",
+                message,
+            })?;
+        }
+        let mut interned = self.interned.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = interned.ids.get(&scope) {
+            return Ok(*id);
+        }
+        let id = u32::try_from(interned.scopes.len() + 1).map_err(|_| EngineError::Argument {
+            name: "scope",
+            message: "too many distinct scopes".into(),
+        })?;
+        interned.scopes.push(scope.clone());
+        interned.ids.insert(scope, id);
+        Ok(id)
+    }
+
+    /// [`Engine::observe`] for a scope resolved once by [`Engine::scope_id`]: the JVM's hot path.
+    /// The pod name is checked only when the event can lead to a DELETE or ends a record (a
+    /// terminal state, a DELETE event, a deletionTimestamp): a running pod's name is not read,
+    /// and the caller may leave it empty.
+    pub fn observe_in(&self, scope_id: u32, obs: Observation) -> Result<(), EngineError> {
+        let full = obs.state.is_terminated() || obs.is_cleaned();
+        self.check_observation(&obs, full)?;
+        if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
+            return Ok(());
+        }
+        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
+        let scope = scope_id
+            .checked_sub(1)
+            .and_then(|i| interned.scopes.get(i as usize))
+            .ok_or_else(|| EngineError::Argument {
+                name: "scope",
+                message: format!("{scope_id} is not a scope id of this engine"),
+            })?;
+        self.deliver(scope, obs)
+    }
+
+    fn check_observation(&self, obs: &Observation, check_name: bool) -> Result<(), EngineError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(EngineError::Closed);
         }
@@ -229,17 +306,24 @@ impl Engine {
                 message: "must not be empty".into(),
             });
         }
-        crate::names::check_pod_name(&obs.pod_name).map_err(|message| EngineError::Argument {
-            name: "podName",
-            message,
-        })?;
-        if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
-            return Ok(());
+        if check_name {
+            crate::names::check_pod_name(&obs.pod_name).map_err(|message| {
+                EngineError::Argument {
+                    name: "podName",
+                    message,
+                }
+            })?;
         }
+        Ok(())
+    }
+
+    /// Hands a checked observation of a Kyuubi driver pod to its scope's task, starting the task
+    /// on the scope's first event.
+    fn deliver(&self, scope: &Scope, obs: Observation) -> Result<(), EngineError> {
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(h) = scopes.get(&scope) {
-                let _ = h.tx.send(Command::Observe(Box::new(obs)));
+            if let Some(h) = scopes.get(scope) {
+                let _ = h.tx.send(Command::Observe(obs));
                 return Ok(());
             }
         }
@@ -254,17 +338,17 @@ impl Engine {
             .refused
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&scope)
+            .contains_key(scope)
         {
             return Ok(());
         }
-        if let Err(e) = self.check_allowed(&scope) {
+        if let Err(e) = self.check_allowed(scope) {
             warn!(
                 "Scope {scope} is refused: {e}; its pods are never tracked, and its later events \
                  are ignored without a further error"
             );
             let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
-            refused.insert(scope, e.to_string());
+            refused.insert(scope.clone(), e.to_string());
             return Err(e);
         }
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
@@ -273,8 +357,8 @@ impl Engine {
         }
         let h = scopes
             .entry(scope.clone())
-            .or_insert_with(|| self.start_scope(scope));
-        let _ = h.tx.send(Command::Observe(Box::new(obs)));
+            .or_insert_with(|| self.start_scope(scope.clone()));
+        let _ = h.tx.send(Command::Observe(obs));
         Ok(())
     }
 

@@ -35,6 +35,7 @@ pub mod daemon;
 pub mod deleter;
 pub mod election;
 pub mod engine;
+pub mod ident;
 pub mod jni;
 pub mod kube_client;
 pub mod kyuubi_state;

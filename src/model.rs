@@ -33,6 +33,22 @@ impl AppState {
         })
     }
 
+    /// The state's code at the JNI boundary: its position in Kyuubi's declaration order
+    /// (`PodSweeper` maps the names to the same codes); `None` for anything else.
+    pub fn from_code(code: i32) -> Option<Self> {
+        Some(match code {
+            0 => AppState::Pending,
+            1 => AppState::Running,
+            2 => AppState::Finished,
+            3 => AppState::Killed,
+            4 => AppState::Failed,
+            5 => AppState::Zombie,
+            6 => AppState::NotFound,
+            7 => AppState::Unknown,
+            _ => return None,
+        })
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AppState::Pending => "PENDING",
@@ -110,5 +126,31 @@ impl Observation {
     /// The pod is gone or going: a DELETE event, or a deletionTimestamp.
     pub fn is_cleaned(&self) -> bool {
         self.kind == EventKind::Delete || self.deletion_requested
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_codes_follow_kyuubis_declaration_order() {
+        let names = [
+            "PENDING",
+            "RUNNING",
+            "FINISHED",
+            "KILLED",
+            "FAILED",
+            "ZOMBIE",
+            "NOT_FOUND",
+            "UNKNOWN",
+        ];
+        for (code, name) in names.iter().enumerate() {
+            let s = AppState::from_code(code as i32).expect("a code of every state");
+            assert_eq!(s.as_str(), *name);
+            assert_eq!(AppState::parse(name), Some(s));
+        }
+        assert_eq!(AppState::from_code(-1), None);
+        assert_eq!(AppState::from_code(8), None);
     }
 }

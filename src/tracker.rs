@@ -1,7 +1,8 @@
-//! Per-scope records of terminated Kyuubi Spark driver pods, and the UIDs already cleaned.
+//! Per-scope records of terminated Kyuubi Spark driver pods, the UIDs already cleaned, the
+//! records' timers and the set of overdue records.
 //!
-//! Pure state: no timers, no I/O. The sweeper asks [`Tracker::observe`] what an event means and
-//! arms or cancels timers accordingly.
+//! Pure state: no I/O, no runtime. The sweeper asks [`Tracker::observe`] what an event means,
+//! arms timers here ([`Tracker::arm`]) and takes the expired ones ([`Tracker::take_expired`]).
 //!
 //! # Guarantees
 //! * Only Kyuubi Spark driver pods (both labels) in a terminated state the cleanup kind deletes
@@ -17,15 +18,35 @@
 //!   tombstone, so a later termination is tracked and judged afresh.
 //! * The last time a driver pod was seen in a non-terminal state is kept while the pod lives, and
 //!   its termination is never dated earlier (see [`crate::schedule::anchor`]).
+//! * Times are kept in whole milliseconds, rounded up: a deadline computed from a record is never
+//!   earlier than one computed from the exact times.
+//! * A record has at most one armed timer; arming it again replaces the earlier one, and a record
+//!   that is removed loses its timer. Timers fire in deadline order.
+//! * The oldest overdue record (stage other than `Scheduled`) is found from the overdue set alone
+//!   ([`Tracker::oldest_overdue`], O(log due)), never from a scan of every record.
+//!
+//! # Memory
+//! One tracked pod costs one slab entry (the [`Record`], about 112 bytes, UID and tag inline when
+//! they are UUIDs, the pod name shared with the pods whose names have the same shape around their
+//! tag), a 4-byte index in the UID table and one 16-byte timer entry (see `benches/memory.rs`).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use hashbrown::HashTable;
+use slab::Slab;
 use tokio::time::Instant;
 
 use crate::config::CleanupKind;
+use crate::ident::Ident;
 use crate::model::{AppState, Observation};
+
+/// A pod UID as the tracker and the sweeper keep it.
+pub type Uid = Ident;
 
 /// Where a tracked pod is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,20 +61,77 @@ pub enum Stage {
     Backoff,
 }
 
+/// Wall-clock milliseconds since the epoch, rounded up (0 stands for "none").
+fn ms_ceil(t: SystemTime) -> u64 {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+fn from_ms(ms: u64) -> Option<SystemTime> {
+    (ms != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// The parts of a pod name around its Kyuubi tag (Kyuubi names driver pods after the tag), shared
+/// by every pod whose name has the same parts.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NameShape {
+    before: Box<str>,
+    after: Box<str>,
+}
+
+/// A pod name: its shape around the tag, or the name itself when it does not contain the tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PodName {
+    AroundTag(Arc<NameShape>),
+    Plain(Arc<str>),
+}
+
 /// A terminated driver pod podsweep will delete when due.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
-    pub tag: String,
-    pub name: String,
-    pub state: AppState,
-    pub terminated_at: Option<SystemTime>,
-    pub first_seen: SystemTime,
-    /// The last time the pod was seen in a non-terminal state, if it was.
-    pub seen_running: Option<SystemTime>,
-    /// Changed only through [`Tracker::set_stage`], which keeps the per-stage counts.
-    pub stage: Stage,
+    pub uid: Uid,
+    pub tag: Ident,
+    name: PodName,
+    /// Wall ms (rounded up); 0: none.
+    terminated_at: u64,
+    first_seen: u64,
+    seen_running: u64,
+    /// The armed timer, in ms on the tracker's timer clock; 0: none.
+    timer_at: u64,
+    /// Wall ms of the deadline while the record is overdue (in the overdue set); 0: not overdue.
+    overdue_since: u64,
     /// Failed DELETE attempts so far.
     pub attempts: u32,
+    pub state: AppState,
+    /// Changed only through [`Tracker::set_stage`] / [`Tracker::set_due`], which keep the
+    /// per-stage counts and the overdue set.
+    pub stage: Stage,
+}
+
+impl Record {
+    /// The pod's name.
+    pub fn name(&self) -> String {
+        match &self.name {
+            PodName::Plain(n) => n.to_string(),
+            PodName::AroundTag(s) => format!("{}{}{}", s.before, self.tag, s.after),
+        }
+    }
+
+    /// When the pod terminated, as the pod says.
+    pub fn terminated_at(&self) -> Option<SystemTime> {
+        from_ms(self.terminated_at)
+    }
+
+    /// When podsweep first saw the pod terminated.
+    pub fn first_seen(&self) -> SystemTime {
+        from_ms(self.first_seen).unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+
+    /// The last time the pod was seen in a non-terminal state, if it was.
+    pub fn seen_running(&self) -> Option<SystemTime> {
+        from_ms(self.seen_running)
+    }
 }
 
 /// What an observation means for the schedule.
@@ -73,22 +151,46 @@ pub enum Verdict {
 }
 
 pub struct Tracker {
-    records: HashMap<Arc<str>, Record>,
+    /// The records; a record's slab key is its slot.
+    records: Slab<Record>,
+    /// Slots by UID (hashes from `hasher`).
+    index: HashTable<u32>,
+    hasher: RandomState,
+    /// Timers: (ms on the timer clock, slot), earliest first. An entry whose record is gone or
+    /// whose record's `timer_at` differs is stale and skipped.
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Records with a timer armed.
+    armed: usize,
+    /// The timer clock's zero.
+    base: Instant,
+    /// Overdue records: (deadline wall ms, slot).
+    overdue: BTreeSet<(u64, u32)>,
+    shapes: HashSet<Arc<NameShape>>,
+    /// The size of `shapes` after its last pruning.
+    shapes_kept: usize,
     /// UIDs whose first terminal state the cleanup kind rejected.
-    spared: HashSet<Arc<str>>,
+    spared: HashSet<Uid>,
     /// Driver pods seen in a non-terminal state, and when last.
-    running: HashMap<Arc<str>, SystemTime>,
+    running: HashMap<Uid, SystemTime>,
     /// Records per stage, indexed by `Stage as usize`.
     counts: [usize; 4],
-    tombstones: HashMap<Arc<str>, Instant>,
-    tombstone_order: VecDeque<(Instant, Arc<str>)>,
+    tombstones: HashMap<Uid, Instant>,
+    tombstone_order: VecDeque<(Instant, Uid)>,
     tombstone_ttl: Duration,
 }
 
 impl Tracker {
     pub fn new(tombstone_ttl: Duration) -> Self {
         Tracker {
-            records: HashMap::new(),
+            records: Slab::new(),
+            index: HashTable::new(),
+            hasher: RandomState::new(),
+            timers: BinaryHeap::new(),
+            armed: 0,
+            base: Instant::now(),
+            overdue: BTreeSet::new(),
+            shapes: HashSet::new(),
+            shapes_kept: 0,
             spared: HashSet::new(),
             running: HashMap::new(),
             counts: [0; 4],
@@ -98,10 +200,52 @@ impl Tracker {
         }
     }
 
-    /// Applies one observation. `uid` must be `obs.pod_uid` as an `Arc<str>`.
+    fn slot(&self, uid: &Uid) -> Option<u32> {
+        let hash = self.hasher.hash_one(uid);
+        let records = &self.records;
+        self.index
+            .find(hash, |&s| {
+                records.get(s as usize).is_some_and(|r| r.uid == *uid)
+            })
+            .copied()
+    }
+
+    fn insert(&mut self, rec: Record) {
+        let hash = self.hasher.hash_one(&rec.uid);
+        let slot = self.records.insert(rec) as u32;
+        let (records, hasher) = (&self.records, &self.hasher);
+        self.index.insert_unique(hash, slot, |&s| {
+            records
+                .get(s as usize)
+                .map_or(0, |r| hasher.hash_one(&r.uid))
+        });
+    }
+
+    fn shape(&mut self, tag: &str, name: &str) -> PodName {
+        let Some(at) = (!tag.is_empty()).then(|| name.find(tag)).flatten() else {
+            return PodName::Plain(Arc::from(name));
+        };
+        let probe = NameShape {
+            before: name[..at].into(),
+            after: name[at + tag.len()..].into(),
+        };
+        if let Some(s) = self.shapes.get(&probe) {
+            return PodName::AroundTag(s.clone());
+        }
+        if self.shapes.len() >= 2 * self.shapes_kept + 64 {
+            // Drop the shapes no record uses any more (amortised O(1) per shape).
+            self.shapes.retain(|s| Arc::strong_count(s) > 1);
+            self.shapes_kept = self.shapes.len();
+        }
+        let s = Arc::new(probe);
+        self.shapes.insert(s.clone());
+        PodName::AroundTag(s)
+    }
+
+    /// Applies one observation. `uid` must be `obs.pod_uid` as a [`Uid`].
     pub fn observe(
         &mut self,
-        uid: &Arc<str>,
+        uid: &Uid,
         obs: &Observation,
         kind: CleanupKind,
         now_wall: SystemTime,
@@ -136,10 +280,13 @@ impl Tracker {
             // The first terminal state decided: the kind does not delete this pod.
             return Verdict::Ignore;
         }
-        if let Some(rec) = self.records.get_mut(uid) {
-            if rec.terminated_at.is_none() && obs.terminated_at.is_some() {
-                rec.terminated_at = obs.terminated_at;
-                return Verdict::Rearm;
+        if let Some(slot) = self.slot(uid) {
+            let rec = &mut self.records[slot as usize];
+            if rec.terminated_at == 0 {
+                if let Some(t) = obs.terminated_at {
+                    rec.terminated_at = ms_ceil(t);
+                    return Verdict::Rearm;
+                }
             }
             return Verdict::Ignore;
         }
@@ -150,43 +297,193 @@ impl Tracker {
             return Verdict::Ignore;
         }
         self.counts[Stage::Scheduled as usize] += 1;
-        self.records.insert(
-            uid.clone(),
-            Record {
-                tag: obs.tag.clone(),
-                name: obs.pod_name.clone(),
-                state: obs.state,
-                terminated_at: obs.terminated_at,
-                first_seen: now_wall,
-                seen_running,
-                stage: Stage::Scheduled,
-                attempts: 0,
-            },
-        );
+        let name = self.shape(&obs.tag, &obs.pod_name);
+        self.insert(Record {
+            uid: uid.clone(),
+            tag: Ident::new(&obs.tag),
+            name,
+            state: obs.state,
+            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
+            first_seen: ms_ceil(now_wall),
+            seen_running: seen_running.map_or(0, ms_ceil),
+            timer_at: 0,
+            overdue_since: 0,
+            stage: Stage::Scheduled,
+            attempts: 0,
+        });
         Verdict::Arm
     }
 
     /// Marks a UID done after a DELETE settled it (accepted, absent, or replaced).
-    pub fn settle(&mut self, uid: &Arc<str>, now: Instant) -> Option<Record> {
+    pub fn settle(&mut self, uid: &Uid, now: Instant) -> Option<Record> {
         self.tombstone(uid.clone(), now);
         self.remove(uid)
     }
 
-    fn remove(&mut self, uid: &str) -> Option<Record> {
-        let rec = self.records.remove(uid)?;
+    fn remove(&mut self, uid: &Uid) -> Option<Record> {
+        let hash = self.hasher.hash_one(uid);
+        let records = &self.records;
+        let entry = self
+            .index
+            .find_entry(hash, |&s| {
+                records.get(s as usize).is_some_and(|r| r.uid == *uid)
+            })
+            .ok()?;
+        let (slot, _) = entry.remove();
+        let rec = self.records.remove(slot as usize);
         self.counts[rec.stage as usize] -= 1;
+        if rec.timer_at != 0 {
+            self.armed -= 1;
+        }
+        if rec.overdue_since != 0 {
+            self.overdue.remove(&(rec.overdue_since, slot));
+        }
+        self.compact_timers();
         Some(rec)
     }
 
-    /// Moves a record to `stage`; false if there is no record for `uid`.
-    pub fn set_stage(&mut self, uid: &str, stage: Stage) -> bool {
-        let Some(rec) = self.records.get_mut(uid) else {
+    /// Moves a record to `stage`; false if there is no record for `uid`. A record that leaves
+    /// `Scheduled` this way is overdue since now; [`Tracker::set_due`] gives its deadline.
+    pub fn set_stage(&mut self, uid: &Uid, stage: Stage) -> bool {
+        self.move_to(uid, stage, None)
+    }
+
+    /// Moves a record to `Due`, overdue since `deadline` (kept while it stays overdue).
+    pub fn set_due(&mut self, uid: &Uid, deadline: SystemTime) -> bool {
+        self.move_to(uid, Stage::Due, Some(deadline))
+    }
+
+    fn move_to(&mut self, uid: &Uid, stage: Stage, deadline: Option<SystemTime>) -> bool {
+        let Some(slot) = self.slot(uid) else {
             return false;
         };
+        let rec = &mut self.records[slot as usize];
         self.counts[rec.stage as usize] -= 1;
         self.counts[stage as usize] += 1;
         rec.stage = stage;
+        if stage == Stage::Scheduled {
+            if rec.overdue_since != 0 {
+                self.overdue.remove(&(rec.overdue_since, slot));
+                rec.overdue_since = 0;
+            }
+        } else if rec.overdue_since == 0 {
+            rec.overdue_since = ms_ceil(deadline.unwrap_or_else(SystemTime::now));
+            self.overdue.insert((rec.overdue_since, slot));
+        }
         true
+    }
+
+    /// The deadline of the record that has been overdue longest (O(log due)).
+    pub fn oldest_overdue(&self) -> Option<SystemTime> {
+        self.overdue.first().and_then(|(ms, _)| from_ms(*ms))
+    }
+
+    /// How many records are overdue (stage other than `Scheduled`).
+    pub fn overdue_count(&self) -> usize {
+        self.overdue.len()
+    }
+
+    fn timer_ms(&self, at: Instant) -> u64 {
+        let d = at.saturating_duration_since(self.base);
+        let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+        // 0 means "no timer": the earliest timer is at 1 ms.
+        u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Arms (or re-arms) the record's timer for `at` (rounded up to the millisecond); false if
+    /// there is no record for `uid`.
+    pub fn arm(&mut self, uid: &Uid, at: Instant) -> bool {
+        let Some(slot) = self.slot(uid) else {
+            return false;
+        };
+        let ms = self.timer_ms(at);
+        let rec = &mut self.records[slot as usize];
+        if rec.timer_at == ms {
+            return true;
+        }
+        if rec.timer_at == 0 {
+            self.armed += 1;
+        }
+        rec.timer_at = ms;
+        self.timers.push(Reverse((ms, slot)));
+        self.compact_timers();
+        true
+    }
+
+    /// Disarms the record's timer, if it has one.
+    pub fn disarm(&mut self, uid: &Uid) {
+        if let Some(slot) = self.slot(uid) {
+            let rec = &mut self.records[slot as usize];
+            if rec.timer_at != 0 {
+                rec.timer_at = 0;
+                self.armed -= 1;
+                self.compact_timers();
+            }
+        }
+    }
+
+    /// Disarms every timer.
+    pub fn disarm_all(&mut self) {
+        for (_, rec) in self.records.iter_mut() {
+            rec.timer_at = 0;
+        }
+        self.timers.clear();
+        self.armed = 0;
+    }
+
+    /// How many records have a timer armed.
+    pub fn armed(&self) -> usize {
+        self.armed
+    }
+
+    fn is_live(&self, ms: u64, slot: u32) -> bool {
+        self.records
+            .get(slot as usize)
+            .is_some_and(|r| r.timer_at == ms)
+    }
+
+    /// When the earliest armed timer fires, if one is armed.
+    pub fn next_timer(&mut self) -> Option<Instant> {
+        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+            if self.is_live(ms, slot) {
+                return Some(self.base + Duration::from_millis(ms));
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// The UID of a record whose timer has fired by `now` (earliest first), its timer disarmed.
+    pub fn take_expired(&mut self, now: Instant) -> Option<Uid> {
+        let now_ms =
+            u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
+        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+            if !self.is_live(ms, slot) {
+                self.timers.pop();
+                continue;
+            }
+            if ms > now_ms {
+                return None;
+            }
+            self.timers.pop();
+            let rec = &mut self.records[slot as usize];
+            rec.timer_at = 0;
+            self.armed -= 1;
+            return Some(rec.uid.clone());
+        }
+        None
+    }
+
+    /// Drops stale timer entries once they outnumber the live ones (amortised O(1) per entry).
+    fn compact_timers(&mut self) {
+        if self.timers.len() > 2 * self.armed + 64 {
+            let records = &self.records;
+            self.timers.retain(|Reverse((ms, slot))| {
+                records
+                    .get(*slot as usize)
+                    .is_some_and(|r| r.timer_at == *ms)
+            });
+        }
     }
 
     /// How many records are in `stage` (O(1)).
@@ -221,21 +518,24 @@ impl Tracker {
             .map(|(at, _)| *at + self.tombstone_ttl)
     }
 
-    pub fn get(&self, uid: &str) -> Option<&Record> {
-        self.records.get(uid)
+    pub fn get(&self, uid: &Uid) -> Option<&Record> {
+        self.slot(uid).map(|s| &self.records[s as usize])
     }
 
-    /// Mutable access to a record; its stage must be changed through [`Tracker::set_stage`].
-    pub fn get_mut(&mut self, uid: &str) -> Option<&mut Record> {
-        self.records.get_mut(uid)
+    /// Counts a failed DELETE attempt of a record; returns the attempts so far.
+    pub fn add_attempt(&mut self, uid: &Uid) -> Option<u32> {
+        let slot = self.slot(uid)?;
+        let rec = &mut self.records[slot as usize];
+        rec.attempts = rec.attempts.saturating_add(1);
+        Some(rec.attempts)
     }
 
-    pub fn is_tombstoned(&self, uid: &str) -> bool {
+    pub fn is_tombstoned(&self, uid: &Uid) -> bool {
         self.tombstones.contains_key(uid)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Record)> {
-        self.records.iter()
+    pub fn iter(&self) -> impl Iterator<Item = (&Uid, &Record)> {
+        self.records.iter().map(|(_, r)| (&r.uid, r))
     }
 
     pub fn len(&self) -> usize {
@@ -250,38 +550,37 @@ impl Tracker {
         self.tombstones.len()
     }
 
-    /// UIDs of all records in a stage.
-    pub fn uids_in(&self, stage: Stage) -> Vec<Arc<str>> {
-        self.records
-            .iter()
-            .filter(|(_, r)| r.stage == stage)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
     /// Self-watch mode, the watch stopped: drops every record and every spared or running UID
     /// (nobody keeps them fresh now); tombstones stay. Returns the dropped records.
-    pub fn drop_unwatched(&mut self) -> Vec<(Arc<str>, Record)> {
+    pub fn drop_unwatched(&mut self) -> Vec<(Uid, Record)> {
         self.spared.clear();
         self.running.clear();
         self.counts = [0; 4];
-        self.records.drain().collect()
+        self.index.clear();
+        self.timers.clear();
+        self.armed = 0;
+        self.overdue.clear();
+        let records = std::mem::take(&mut self.records);
+        records
+            .into_iter()
+            .map(|(_, mut r)| {
+                r.timer_at = 0;
+                r.overdue_since = 0;
+                (r.uid.clone(), r)
+            })
+            .collect()
     }
 
     /// Self-watch mode, a fresh list ended: every tracked UID absent from `listed` belongs to a
     /// pod that is gone, so it is tombstoned and its record (if any) returned.
-    pub fn retain_listed(
-        &mut self,
-        listed: &HashSet<Arc<str>>,
-        now: Instant,
-    ) -> Vec<(Arc<str>, Record)> {
+    pub fn retain_listed(&mut self, listed: &HashSet<Uid>, now: Instant) -> Vec<(Uid, Record)> {
         self.spared.retain(|u| listed.contains(u));
         self.running.retain(|u, _| listed.contains(u));
-        let gone: Vec<Arc<str>> = self
+        let gone: Vec<Uid> = self
             .records
-            .keys()
-            .filter(|u| !listed.contains(*u))
-            .cloned()
+            .iter()
+            .filter(|(_, r)| !listed.contains(&r.uid))
+            .map(|(_, r)| r.uid.clone())
             .collect();
         gone.into_iter()
             .filter_map(|u| {
@@ -291,7 +590,7 @@ impl Tracker {
             .collect()
     }
 
-    fn tombstone(&mut self, uid: Arc<str>, now: Instant) {
+    fn tombstone(&mut self, uid: Uid, now: Instant) {
         if self.tombstones.insert(uid.clone(), now).is_none() {
             self.tombstone_order.push_back((now, uid));
         }
@@ -327,8 +626,12 @@ mod tests {
         }
     }
 
+    fn u(s: &str) -> Uid {
+        Ident::new(s)
+    }
+
     fn run(t: &mut Tracker, o: &Observation, kind: CleanupKind, now: Instant) -> Verdict {
-        let uid: Arc<str> = Arc::from(o.pod_uid.as_str());
+        let uid = u(&o.pod_uid);
         t.observe(&uid, o, kind, SystemTime::UNIX_EPOCH, now)
     }
 
@@ -526,7 +829,7 @@ mod tests {
         );
         assert!(matches!(v, Verdict::Disarm(_)), "{v:?}");
         assert_eq!(t.count(Stage::Scheduled), 0);
-        assert!(!t.is_tombstoned("u"));
+        assert!(!t.is_tombstoned(&u("u")));
         let again = run(
             &mut t,
             &obs(EventKind::Update, "u", AppState::Finished),
@@ -546,14 +849,14 @@ mod tests {
             CleanupKind::All,
             now,
         );
-        assert!(t.is_tombstoned("u"));
+        assert!(t.is_tombstoned(&u("u")));
         run(
             &mut t,
             &obs(EventKind::Add, "x", AppState::Running),
             CleanupKind::All,
             now + Duration::from_secs(61),
         );
-        assert!(!t.is_tombstoned("u"));
+        assert!(!t.is_tombstoned(&u("u")));
         assert_eq!(t.tombstone_count(), 0);
     }
 
@@ -580,13 +883,13 @@ mod tests {
             CleanupKind::All,
             now,
         );
-        t.set_stage("b", Stage::Due);
+        t.set_stage(&u("b"), Stage::Due);
         // A fresh list without "b" and "r": both are gone, "b" tombstoned.
-        let listed: HashSet<Arc<str>> = [Arc::from("a")].into_iter().collect();
+        let listed: HashSet<Uid> = [u("a")].into_iter().collect();
         let gone = t.retain_listed(&listed, now);
         assert_eq!(gone.len(), 1);
-        assert_eq!(&*gone[0].0, "b");
-        assert!(t.is_tombstoned("b") && t.running_count() == 0);
+        assert_eq!(gone[0].0, u("b"));
+        assert!(t.is_tombstoned(&u("b")) && t.running_count() == 0);
         assert_eq!(
             (t.len(), t.count(Stage::Due), t.count(Stage::Scheduled)),
             (1, 0, 1)
@@ -595,7 +898,7 @@ mod tests {
         let dropped = t.drop_unwatched();
         assert_eq!(dropped.len(), 1);
         assert!(t.is_empty() && t.count(Stage::Scheduled) == 0);
-        assert!(t.is_tombstoned("gone") && t.is_tombstoned("b"));
+        assert!(t.is_tombstoned(&u("gone")) && t.is_tombstoned(&u("b")));
         // A later list arms "a" again, never "b".
         let again = |t: &mut Tracker, uid| {
             run(
@@ -607,5 +910,155 @@ mod tests {
         };
         assert_eq!(again(&mut t, "a"), Verdict::Arm);
         assert_eq!(again(&mut t, "b"), Verdict::Ignore);
+    }
+
+    fn finished(uid: &str, tag: &str, name: &str) -> Observation {
+        let mut o = obs(EventKind::Update, uid, AppState::Finished);
+        o.tag = tag.into();
+        o.pod_name = name.into();
+        o
+    }
+
+    #[test]
+    fn records_keep_their_names_tags_and_times_exactly() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        let tag = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let cases = [
+            (
+                "1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+                tag,
+                format!("kyuubi-spark-{tag}-driver"),
+            ),
+            ("uid-2", tag, format!("{tag}-driver")),
+            ("uid-3", "not-a-uuid", "plain-name".to_owned()),
+            ("uid-4", "t", "t".to_owned()),
+        ];
+        let at = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        for (uid, tag, name) in &cases {
+            let mut o = finished(uid, tag, name);
+            o.terminated_at = Some(at);
+            assert_eq!(
+                t.observe(&u(uid), &o, CleanupKind::All, at, now),
+                Verdict::Arm
+            );
+        }
+        for (uid, tag, name) in &cases {
+            let r = t.get(&u(uid)).expect("tracked");
+            assert_eq!(&r.name(), name);
+            assert_eq!(&r.tag.to_string(), tag);
+            assert_eq!(r.uid.to_string(), *uid);
+            // Rounded up to the millisecond, never earlier.
+            let ms = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_124);
+            assert_eq!(r.terminated_at(), Some(ms));
+            assert_eq!(r.first_seen(), ms);
+            assert_eq!(r.seen_running(), None);
+        }
+        // Pods whose names have the same shape around their tag share it.
+        let other = "1c4e28ba-2fa1-11d2-883f-0016d3cca427";
+        t.observe(
+            &u("uid-5"),
+            &finished("uid-5", other, &format!("kyuubi-spark-{other}-driver")),
+            CleanupKind::All,
+            at,
+            now,
+        );
+        assert_eq!(t.shapes.len(), 3);
+    }
+
+    #[test]
+    fn timers_fire_in_deadline_order_and_rearming_replaces() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        let wall = SystemTime::now();
+        for i in 0..200u64 {
+            let uid = format!("p{i}");
+            t.observe(
+                &u(&uid),
+                &obs(EventKind::Update, &uid, AppState::Finished),
+                CleanupKind::All,
+                wall,
+                now,
+            );
+            // Deadlines in a scrambled order: (i * 7919) mod 200 seconds.
+            assert!(t.arm(&u(&uid), now + Duration::from_secs((i * 7919) % 200 + 1)));
+        }
+        assert_eq!(t.armed(), 200);
+        // Re-arming moves a timer; a disarmed or removed record's timer never fires.
+        t.arm(&u("p0"), now + Duration::from_millis(500));
+        t.disarm(&u("p1"));
+        run(
+            &mut t,
+            &obs(EventKind::Delete, "p2", AppState::Finished),
+            CleanupKind::All,
+            now,
+        );
+        assert_eq!(t.armed(), 198);
+        // Rounded up to the millisecond on the tracker's clock: never earlier, less than 1 ms later.
+        let first = t.next_timer().expect("armed");
+        let want = now + Duration::from_millis(500);
+        assert!(
+            first >= want && first < want + Duration::from_millis(1),
+            "{first:?}"
+        );
+        assert_eq!(t.take_expired(now), None);
+        assert_eq!(t.take_expired(want - Duration::from_millis(1)), None);
+        let mut fired = Vec::new();
+        let mut last = now;
+        while let Some(at) = t.next_timer() {
+            assert!(at >= last, "timers fire in deadline order");
+            last = at;
+            let uid = t.take_expired(at).expect("due at its time");
+            assert!(t.get(&uid).is_some());
+            fired.push(uid.to_string());
+        }
+        assert_eq!(fired.len(), 198);
+        assert_eq!(fired[0], "p0");
+        assert!(!fired.contains(&"p1".to_owned()) && !fired.contains(&"p2".to_owned()));
+        assert_eq!(t.armed(), 0);
+        // Stale entries do not pile up.
+        for i in 0..1000 {
+            t.arm(&u("p3"), now + Duration::from_secs(5 + i % 3));
+        }
+        assert!(t.timers.len() <= 2 * t.armed() + 65, "{}", t.timers.len());
+    }
+
+    #[test]
+    fn the_oldest_overdue_comes_from_the_overdue_set() {
+        let now = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        for i in 0..10_000u64 {
+            let uid = format!("p{i}");
+            t.observe(
+                &u(&uid),
+                &obs(EventKind::Update, &uid, AppState::Finished),
+                CleanupKind::All,
+                wall,
+                now,
+            );
+        }
+        assert_eq!(t.oldest_overdue(), None);
+        // 50 of the 10,000 become due, with deadlines in a scrambled order.
+        for i in 0..50u64 {
+            let deadline = wall + Duration::from_secs((i * 37) % 50);
+            assert!(t.set_due(&u(&format!("p{}", i * 100)), deadline));
+        }
+        assert_eq!((t.overdue_count(), t.count(Stage::Due)), (50, 50));
+        assert_eq!(t.oldest_overdue(), Some(wall));
+        // Stage changes among the overdue stages keep a record's deadline.
+        t.set_stage(&u("p0"), Stage::Deleting);
+        t.set_stage(&u("p0"), Stage::Backoff);
+        assert_eq!(t.oldest_overdue(), Some(wall));
+        // The oldest settled: the next oldest is found.
+        t.settle(&u("p0"), now);
+        let next = (1..50u64).map(|i| (i * 37) % 50).min().unwrap_or_default();
+        assert_eq!(t.oldest_overdue(), Some(wall + Duration::from_secs(next)));
+        // Back to Scheduled (a restarted task re-arms everything): not overdue.
+        for i in 1..50u64 {
+            t.set_stage(&u(&format!("p{}", i * 100)), Stage::Scheduled);
+        }
+        assert_eq!((t.oldest_overdue(), t.overdue_count()), (None, 0));
+        assert_eq!(t.count(Stage::Scheduled), 9_999);
     }
 }

@@ -34,6 +34,53 @@ fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, F
     Ok(Some(js.into()))
 }
 
+/// [`opt_string`] without the JVM's buffer: the string is copied into a stack buffer with
+/// `GetStringUTFRegion` (no allocation on the JVM's side) and taken as it is when it is ASCII,
+/// which every Kubernetes name, UID and Kyuubi tag is; anything else takes [`opt_string`]'s path.
+fn fast_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
+    const MAX: usize = 128;
+    if s.is_null() {
+        return Ok(None);
+    }
+    let raw = env.get_raw();
+    // SAFETY: `raw` is the JNIEnv of this native call (valid for its whole length, on this
+    // thread); `s` is a live, non-null local reference to a java.lang.String (the JVM checked the
+    // parameter's declared type). GetStringLength needs nothing more.
+    let len = unsafe {
+        match (**raw).GetStringLength {
+            Some(f) => f(raw, s.as_raw()),
+            None => return opt_string(env, s),
+        }
+    };
+    let Ok(n) = usize::try_from(len) else {
+        return opt_string(env, s);
+    };
+    if n > MAX {
+        return opt_string(env, s);
+    }
+    // Room for the worst case (three bytes per UTF-16 unit) and the NUL HotSpot appends.
+    let mut buf = [0u8; 3 * MAX + 1];
+    // SAFETY: as above; the region [0, len) lies within the string (len is its length), and
+    // `buf` holds the most modified UTF-8 bytes `len` units can take plus a terminating NUL.
+    unsafe {
+        match (**raw).GetStringUTFRegion {
+            Some(f) => f(raw, s.as_raw(), 0, len, buf.as_mut_ptr().cast()),
+            None => return opt_string(env, s),
+        }
+    }
+    if env.exception_check()? {
+        return Err(Failure::JavaPending);
+    }
+    // A unit takes one byte (and that byte is ASCII) exactly when it is in 1..=0x7F: if the first
+    // `n` bytes are all ASCII, they are the whole string.
+    let head = &buf[..n];
+    if head.iter().all(|b| (1..0x80).contains(b)) {
+        // ASCII is UTF-8.
+        return Ok(Some(String::from_utf8_lossy(head).into_owned()));
+    }
+    opt_string(env, s)
+}
+
 fn req_string(env: &mut JNIEnv<'_>, s: &JString<'_>, name: &str) -> Result<String, Failure> {
     opt_string(env, s)?.ok_or_else(|| Failure::IllegalArgument(format!("{name} must not be null")))
 }
@@ -152,6 +199,82 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
         };
         let scope = scope_of(env, &context, &namespace)?;
         engine.observe(scope, obs)?;
+        Ok(())
+    })
+}
+
+/// The id of a scope for `observeIn`, the same for the handle's whole life.
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_scopeId<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    context: JString<'l>,
+    namespace: JString<'l>,
+) -> jlong {
+    run(&mut env, 0, |env| {
+        let engine = engine(handle)?;
+        let scope = scope_of(env, &context, &namespace)?;
+        Ok(jlong::from(engine.scope_id(scope)?))
+    })
+}
+
+/// `observe` for a scope resolved by `scopeId`, with the state as its code (`AppState::from_code`)
+/// and the pod name only for events that can lead to a DELETE or end a record (null otherwise).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    scope_id: jlong,
+    event_kind: jint,
+    app_state: jint,
+    unique_tag: JString<'l>,
+    pod_name: JString<'l>,
+    pod_uid: JString<'l>,
+    has_app_selector: jboolean,
+    terminated_at_millis: jlong,
+    deletion_timestamp_set: jboolean,
+) {
+    run(&mut env, (), |env| {
+        let engine = engine(handle)?;
+        let kind = EventKind::from_ordinal(event_kind).ok_or_else(|| {
+            Failure::IllegalArgument(format!(
+                "event must be ADD, UPDATE or DELETE (got ordinal {event_kind})"
+            ))
+        })?;
+        let state = AppState::from_code(app_state).ok_or_else(|| {
+            Failure::IllegalArgument(format!(
+                "appState must be the code of a Kyuubi ApplicationState (0 to 7), got {app_state}"
+            ))
+        })?;
+        let scope = u32::try_from(scope_id)
+            .map_err(|_| Failure::IllegalArgument(format!("scope id {scope_id} is not valid")))?;
+        let deletion_requested = deletion_timestamp_set != JNI_FALSE;
+        let full = state.is_terminated() || kind == EventKind::Delete || deletion_requested;
+        let pod_name = match fast_string(env, &pod_name)? {
+            Some(n) => n,
+            None if full => {
+                return Err(Failure::IllegalArgument(
+                    "podName must not be null".to_owned(),
+                ))
+            }
+            None => String::new(),
+        };
+        let pod_uid = fast_string(env, &pod_uid)?
+            .ok_or_else(|| Failure::IllegalArgument("podUid must not be null".to_owned()))?;
+        let obs = Observation {
+            kind,
+            tag: fast_string(env, &unique_tag)?.unwrap_or_default(),
+            pod_name,
+            pod_uid,
+            state,
+            has_app_selector: has_app_selector != JNI_FALSE,
+            terminated_at: from_epoch_millis(terminated_at_millis),
+            deletion_requested,
+        };
+        engine.observe_in(scope, obs)?;
         Ok(())
     })
 }

@@ -117,7 +117,7 @@ impl Sweeper {
                 self.poke(now + wait);
                 return;
             }
-            let name = rec.name.clone();
+            let name = rec.name();
             self.tracker.set_stage(&uid, Stage::Deleting);
             let authority = self.election.authority();
             let gate = self.gate.clone();
@@ -134,8 +134,9 @@ impl Sweeper {
                 ScopeMetrics::inc(&metrics.deletes_sent);
                 // Checked at send time: if the lease lapses while the request is still being
                 // connected or answered, it is dropped, so nothing is written after the lapse.
+                let uid = task_uid.to_string();
                 let out = authority
-                    .within_lease(deleter.delete(&name, &task_uid, dry_run))
+                    .within_lease(deleter.delete(&name, &uid, dry_run))
                     .await;
                 (task_uid, out)
             });
@@ -201,7 +202,7 @@ impl Sweeper {
             self.tracker.settle(&uid, Instant::now());
             self.compact_due();
         } else {
-            self.failures.record(&uid, &rec.name, &outcome);
+            self.failures.record(&uid, &rec.name(), &outcome);
             self.schedule_retry(uid, &outcome);
         }
         // A slot is free: the next due pod may go.
@@ -242,13 +243,7 @@ impl Sweeper {
     /// summarised per scope).
     fn report(&self, uid: &Uid, rec: &crate::tracker::Record, outcome: &Outcome) {
         let now_wall = self.clock.now();
-        let deadline = schedule::deadline(
-            rec.terminated_at,
-            rec.first_seen,
-            rec.seen_running,
-            self.cfg.retain,
-            now_wall,
-        );
+        let deadline = self.deadline(rec, now_wall);
         let late = now_wall
             .duration_since(deadline)
             .unwrap_or_default()
@@ -258,7 +253,7 @@ impl Sweeper {
         } else {
             "Deleted"
         };
-        let (name, tag, scope) = (&rec.name, &rec.tag, &self.scope);
+        let (name, tag, scope) = (&rec.name(), &rec.tag, &self.scope);
         match outcome.class {
             OutcomeClass::Accepted => {
                 info!(
@@ -285,11 +280,9 @@ impl Sweeper {
     }
 
     fn schedule_retry(&mut self, uid: Uid, outcome: &Outcome) {
-        let Some(rec) = self.tracker.get_mut(&uid) else {
+        let Some(attempts) = self.tracker.add_attempt(&uid) else {
             return;
         };
-        rec.attempts += 1;
-        let attempts = rec.attempts;
         self.tracker.set_stage(&uid, Stage::Backoff);
         ScopeMetrics::inc(&self.metrics.retries);
         let jitter = rand::random::<f64>();
@@ -304,11 +297,7 @@ impl Sweeper {
                 jitter,
             )
         };
-        if let Some(old) = self.keys.remove(&uid) {
-            self.queue.remove(&old);
-        }
-        let key = self.queue.insert(uid.clone(), delay);
-        self.keys.insert(uid, key);
+        self.tracker.arm(&uid, Instant::now() + delay);
     }
 
     /// Gives the records a fresh start after the task failed: nothing in flight, every record
@@ -319,8 +308,7 @@ impl Sweeper {
         self.inflight_uid.clear();
         self.inflight_abort.clear();
         self.finishing.clear();
-        self.queue.clear();
-        self.keys.clear();
+        self.tracker.disarm_all();
         self.due.clear();
         self.poke_at = None;
         self.build_at = Some(Instant::now());
@@ -331,10 +319,10 @@ impl Sweeper {
             .iter()
             .map(|(uid, rec)| (uid.clone(), self.time_left(rec, now_wall)))
             .collect();
+        let now = Instant::now();
         for (uid, left) in armed {
             self.tracker.set_stage(&uid, Stage::Scheduled);
-            let key = self.queue.insert(uid.clone(), left);
-            self.keys.insert(uid, key);
+            self.tracker.arm(&uid, now + left);
         }
     }
 }

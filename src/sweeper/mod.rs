@@ -36,11 +36,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, Id, JoinSet};
 use tokio::time::{sleep_until, Instant};
-use tokio_util::time::{delay_queue, DelayQueue};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
@@ -51,6 +49,7 @@ use crate::metrics::{ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS
 use crate::model::Observation;
 use crate::schedule;
 use crate::scope::Scope;
+pub(crate) use crate::tracker::Uid;
 use crate::tracker::{Stage, Tracker, Verdict};
 
 use self::deletes::{Bucket, Gate};
@@ -103,7 +102,9 @@ impl SweeperConfig {
 /// Messages to a scope task.
 #[derive(Debug)]
 pub enum Command {
-    Observe(Box<Observation>),
+    /// Carried by value: the channel stores it in its blocks, so an event costs no allocation of
+    /// its own on the sending (informer) thread.
+    Observe(Observation),
     /// Self-watch mode: a fresh list of the scope's driver pods ended; these UIDs were in it.
     Listed(Box<std::collections::HashSet<Uid>>),
     /// Self-watch mode: this server stopped watching the scope's pods.
@@ -119,7 +120,13 @@ enum Exit {
     Released,
 }
 
-pub(crate) type Uid = Arc<str>;
+/// After taking commands the task yields this many times (taking what arrived meanwhile after
+/// each yield) before it waits on its queue again: while events stream in, the senders find no
+/// waker to wake (a wake-up of a parked task costs the sending thread a system call), and an
+/// event is never held back.
+const INBOX_LINGER: u8 = 4;
+/// The most commands taken at once before the task's other work gets a turn.
+const INBOX_BATCH: usize = 4096;
 
 struct Sweeper {
     scope: Scope,
@@ -131,9 +138,8 @@ struct Sweeper {
     /// Why the last attempt to build the deleter failed.
     deleter_error: Option<String>,
     build_at: Option<Instant>,
+    /// The records, their timers and the overdue set.
     tracker: Tracker,
-    queue: DelayQueue<Uid>,
-    keys: HashMap<Uid, delay_queue::Key>,
     /// UIDs in stage `Due`, oldest first; may hold stale entries (compacted, see `compact_due`).
     due: VecDeque<Uid>,
     inflight: JoinSet<(Uid, Option<Outcome>)>,
@@ -165,6 +171,10 @@ struct Sweeper {
     restart_clear_at: Option<Instant>,
     release: Release,
     metrics: Arc<ScopeMetrics>,
+    /// Yields left before the task waits on its queue again (see [`INBOX_LINGER`]).
+    linger: u8,
+    /// Commands taken so far (wrapping).
+    commands_taken: u64,
 }
 
 impl Sweeper {
@@ -179,14 +189,30 @@ impl Sweeper {
         loop {
             self.update_gauges();
             self.update_idle();
+            let timer_at = self.tracker.next_timer();
             tokio::select! {
                 biased;
-                cmd = rx.recv() => match cmd {
-                    Some(Command::Observe(obs)) => self.on_observe(&obs),
-                    Some(Command::Listed(uids)) => self.on_listed(&uids),
-                    Some(Command::Unwatched) => self.on_unwatched(),
-                    Some(Command::Shutdown) | None => return Exit::Shutdown,
-                },
+                cmd = rx.recv(), if self.linger == 0 => {
+                    let Some(cmd) = cmd else {
+                        return Exit::Shutdown;
+                    };
+                    if self.on_command(cmd) || self.drain(rx) {
+                        return Exit::Shutdown;
+                    }
+                    self.linger = INBOX_LINGER;
+                }
+                // Lingering: the receiver is not polled, so it holds no waker and senders wake
+                // nothing; what they queue meanwhile is taken after each yield.
+                _ = tokio::task::yield_now(), if self.linger > 0 => {
+                    self.linger -= 1;
+                    let before = self.commands_taken;
+                    if self.drain(rx) {
+                        return Exit::Shutdown;
+                    }
+                    if self.commands_taken != before {
+                        self.linger = INBOX_LINGER;
+                    }
+                }
                 changed = status.changed() => {
                     if changed.is_err() {
                         return Exit::Shutdown;
@@ -197,10 +223,7 @@ impl Sweeper {
                 Some(done) = self.inflight.join_next_with_id(), if !self.inflight.is_empty() => {
                     self.on_done(done);
                 }
-                Some(expired) = self.queue.next(), if !self.queue.is_empty() => {
-                    let key = expired.key();
-                    self.on_expired(expired.into_inner(), key);
-                }
+                _ = sleep_until_some(timer_at) => self.on_timers(),
                 _ = sleep_until_some(self.build_at) => self.build_deleter().await,
                 _ = sleep_until_some(self.poke_at) => {
                     self.poke_at = None;
@@ -227,6 +250,34 @@ impl Sweeper {
         }
     }
 
+    /// Takes the commands already queued (at most [`INBOX_BATCH`]); true when the task is to end.
+    fn drain(&mut self, rx: &mut mpsc::UnboundedReceiver<Command>) -> bool {
+        for _ in 0..INBOX_BATCH {
+            match rx.try_recv() {
+                Ok(cmd) => {
+                    if self.on_command(cmd) {
+                        return true;
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return false,
+                Err(mpsc::error::TryRecvError::Disconnected) => return true,
+            }
+        }
+        false
+    }
+
+    /// Applies one command; true when the task is to end.
+    fn on_command(&mut self, cmd: Command) -> bool {
+        self.commands_taken = self.commands_taken.wrapping_add(1);
+        match cmd {
+            Command::Observe(obs) => self.on_observe(&obs),
+            Command::Listed(uids) => self.on_listed(&uids),
+            Command::Unwatched => self.on_unwatched(),
+            Command::Shutdown => return true,
+        }
+        false
+    }
+
     async fn build_deleter(&mut self) {
         match (self.source)(self.scope.clone()).await {
             Ok(d) => {
@@ -250,9 +301,23 @@ impl Sweeper {
 
     fn time_left(&self, rec: &crate::tracker::Record, now_wall: std::time::SystemTime) -> Duration {
         schedule::time_left(
-            rec.terminated_at,
-            rec.first_seen,
-            rec.seen_running,
+            rec.terminated_at(),
+            rec.first_seen(),
+            rec.seen_running(),
+            self.cfg.retain,
+            now_wall,
+        )
+    }
+
+    fn deadline(
+        &self,
+        rec: &crate::tracker::Record,
+        now_wall: std::time::SystemTime,
+    ) -> std::time::SystemTime {
+        schedule::deadline(
+            rec.terminated_at(),
+            rec.first_seen(),
+            rec.seen_running(),
             self.cfg.retain,
             now_wall,
         )
@@ -260,7 +325,7 @@ impl Sweeper {
 
     fn on_observe(&mut self, obs: &Observation) {
         ScopeMetrics::inc(&self.metrics.observed);
-        let uid: Uid = Arc::from(obs.pod_uid.as_str());
+        let uid = Uid::new(&obs.pod_uid);
         let now_wall = self.clock.now();
         match self
             .tracker
@@ -276,16 +341,15 @@ impl Sweeper {
                     scope = %self.scope, pod = %obs.pod_name, uid = %uid, tag = %obs.tag,
                     "Scheduled {} ({}) for deletion in {:.1}s", obs.pod_name, obs.state.as_str(), left.as_secs_f64()
                 );
-                let key = self.queue.insert(uid.clone(), left);
-                self.keys.insert(uid, key);
+                self.schedule(uid, left, now_wall);
             }
             Verdict::Rearm => {
-                let (Some(rec), Some(key)) = (self.tracker.get(&uid), self.keys.get(&uid)) else {
+                let Some(rec) = self.tracker.get(&uid) else {
                     return;
                 };
                 if rec.stage == Stage::Scheduled {
                     let left = self.time_left(rec, now_wall);
-                    self.queue.reset(key, left);
+                    self.schedule(uid, left, now_wall);
                 }
             }
             Verdict::Cancel(rec) => {
@@ -297,8 +361,8 @@ impl Sweeper {
                     self.finishing.insert(uid.clone(), rec.clone());
                 }
                 debug!(
-                    scope = %self.scope, pod = %rec.name, uid = %uid,
-                    "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name
+                    scope = %self.scope, pod = %rec.name(), uid = %uid,
+                    "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name()
                 );
             }
             Verdict::Disarm(rec) => {
@@ -308,19 +372,17 @@ impl Sweeper {
                     abort.abort();
                 }
                 info!(
-                    scope = %self.scope, pod = %rec.name, uid = %uid,
+                    scope = %self.scope, pod = %rec.name(), uid = %uid,
                     "Pod {} is {} again after {}; its cleanup is disarmed until it terminates again",
-                    rec.name, obs.state.as_str(), rec.state.as_str()
+                    rec.name(), obs.state.as_str(), rec.state.as_str()
                 );
             }
         }
     }
 
-    /// Drops the timer, the failure entry and any stale due entry of a UID whose record is gone.
+    /// Drops the failure entry and any stale due entry of a UID whose record is gone (its timer
+    /// went with the record).
     fn forget(&mut self, uid: &Uid) {
-        if let Some(key) = self.keys.remove(uid) {
-            self.queue.remove(&key);
-        }
         self.failures.forget(uid);
         self.compact_due();
     }
@@ -336,15 +398,44 @@ impl Sweeper {
         }
     }
 
-    fn on_expired(&mut self, uid: Uid, key: delay_queue::Key) {
-        if self.keys.get(&uid) != Some(&key) {
-            return; // a timer that was replaced; not this record's
+    /// Arms a scheduled record's timer for `left` from now; a record already overdue (a server
+    /// that starts, a late termination time) is due at once, not on the next millisecond of the
+    /// timer clock.
+    fn schedule(&mut self, uid: Uid, left: Duration, now_wall: std::time::SystemTime) {
+        if left.is_zero() {
+            self.tracker.disarm(&uid);
+            if self.make_due(uid, now_wall) {
+                self.dispatch();
+            }
+        } else {
+            self.tracker.arm(&uid, Instant::now() + left);
         }
-        self.keys.remove(&uid);
-        if self.tracker.set_stage(&uid, Stage::Due) {
-            self.due.push_back(uid);
+    }
+
+    /// Every timer that has fired: its record is due.
+    fn on_timers(&mut self) {
+        let now = Instant::now();
+        let now_wall = self.clock.now();
+        let mut any = false;
+        while let Some(uid) = self.tracker.take_expired(now) {
+            any |= self.make_due(uid, now_wall);
+        }
+        if any {
             self.dispatch();
         }
+    }
+
+    /// A record's timer fired: it is due (overdue since its deadline, for the probe).
+    fn make_due(&mut self, uid: Uid, now_wall: std::time::SystemTime) -> bool {
+        let Some(rec) = self.tracker.get(&uid) else {
+            return false;
+        };
+        let deadline = self.deadline(rec, now_wall);
+        if self.tracker.set_due(&uid, deadline) {
+            self.due.push_back(uid);
+            return true;
+        }
+        false
     }
 
     /// Every status change: a new leadership state, or a new term / reason of the same one.
@@ -434,24 +525,14 @@ impl Sweeper {
         );
     }
 
-    /// Every few seconds: the oldest overdue pod's age, and whether a leader is stuck.
+    /// Every few seconds: the oldest overdue pod's age (from the overdue set, O(log due)), and
+    /// whether a leader is stuck.
     fn probe(&mut self) {
         let now = self.clock.now();
         let oldest = self
             .tracker
-            .iter()
-            .filter(|(_, r)| r.stage != Stage::Scheduled)
-            .filter_map(|(_, r)| {
-                let d = schedule::deadline(
-                    r.terminated_at,
-                    r.first_seen,
-                    r.seen_running,
-                    self.cfg.retain,
-                    now,
-                );
-                now.duration_since(d).ok()
-            })
-            .max()
+            .oldest_overdue()
+            .and_then(|d| now.duration_since(d).ok())
             .unwrap_or_default();
         ScopeMetrics::set(&self.metrics.oldest_overdue_ms, oldest.as_millis() as usize);
         self.check_stall(Instant::now());
@@ -544,7 +625,7 @@ impl Sweeper {
 
     fn update_gauges(&self) {
         ScopeMetrics::set(&self.metrics.tracked, self.tracker.len());
-        ScopeMetrics::set(&self.metrics.scheduled, self.queue.len());
+        ScopeMetrics::set(&self.metrics.scheduled, self.tracker.armed());
         ScopeMetrics::set(&self.metrics.due, self.tracker.count(Stage::Due));
         ScopeMetrics::set(&self.metrics.inflight, self.inflight.len());
         ScopeMetrics::set(&self.metrics.spared, self.tracker.spared_count());

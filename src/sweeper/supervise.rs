@@ -10,7 +10,6 @@ use futures::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tokio_util::time::DelayQueue;
 use tracing::{debug, error};
 
 use super::deletes::{Bucket, Gate};
@@ -88,8 +87,6 @@ pub(super) fn new_sweeper(
         deleter: None,
         deleter_error: None,
         build_at: Some(Instant::now()),
-        queue: DelayQueue::new(),
-        keys: HashMap::new(),
         due: VecDeque::new(),
         inflight: JoinSet::new(),
         inflight_uid: HashMap::new(),
@@ -105,6 +102,8 @@ pub(super) fn new_sweeper(
         restart_clear_at: None,
         release,
         metrics: Arc::new(ScopeMetrics::default()),
+        linger: 0,
+        commands_taken: 0,
     }
 }
 

@@ -87,15 +87,17 @@ async fn a_paused_leading_flip_seen_as_one_change_still_dispatches() {
         pod_uid: "u-flip".into(),
         state: AppState::Finished,
         has_app_selector: true,
-        terminated_at: Some(SystemTime::UNIX_EPOCH),
+        // Not due yet: its timer is armed, and fired by hand below.
+        terminated_at: Some(SystemTime::now()),
         deletion_requested: false,
     };
     sw.on_observe(&obs);
-    let uid: Uid = Arc::from("u-flip");
-    let key = sw.keys[&uid];
+    let uid = Uid::new("u-flip");
+    assert_eq!(sw.tracker.armed(), 1);
     // The pod's timer fires while the backend has just paused.
     signal.pause("blip");
-    sw.on_expired(uid, key);
+    assert!(sw.make_due(uid, SystemTime::now()));
+    sw.dispatch();
     assert!(sw.inflight.is_empty(), "held back while paused");
     // Resumed before the sweeper looked at the status again: it only sees Leading.
     signal.lead_until(

@@ -29,8 +29,8 @@ impl Sweeper {
         for (uid, rec) in gone {
             ScopeMetrics::inc(&self.metrics.cancelled);
             debug!(
-                scope = %self.scope, pod = %rec.name, uid = %uid,
-                "Pod {} is absent from a fresh list: it is gone; its cleanup is cancelled", rec.name
+                scope = %self.scope, pod = %rec.name(), uid = %uid,
+                "Pod {} is absent from a fresh list: it is gone; its cleanup is cancelled", rec.name()
             );
             self.drop_record(uid, rec);
         }
@@ -57,12 +57,9 @@ impl Sweeper {
         }
     }
 
-    /// Drops what belongs to a record that is gone from the tracker; a DELETE in flight for it
-    /// finishes and is reported.
+    /// Drops what belongs to a record that is gone from the tracker (its timer went with it); a
+    /// DELETE in flight for it finishes and is reported.
     fn drop_record(&mut self, uid: Uid, rec: Record) {
-        if let Some(key) = self.keys.remove(&uid) {
-            self.queue.remove(&key);
-        }
         self.failures.forget(&uid);
         if self.inflight_abort.contains_key(&uid) {
             self.finishing.insert(uid, rec);
@@ -82,9 +79,6 @@ impl Sweeper {
     pub(super) fn settle_rearmed(&mut self, uid: &Uid, outcome: &Outcome) {
         if !outcome.class.is_done() || self.tracker.get(uid).is_none() {
             return;
-        }
-        if let Some(key) = self.keys.remove(uid) {
-            self.queue.remove(&key);
         }
         self.failures.forget(uid);
         self.tracker.settle(uid, Instant::now());

@@ -362,9 +362,9 @@ fn forward(
         return Ok(());
     }
     if let Some(l) = listed {
-        l.insert(Arc::from(obs.pod_uid.as_str()));
+        l.insert(Uid::new(&obs.pod_uid));
     }
-    t.tx.send(Command::Observe(Box::new(obs))).map_err(|_| Gone)
+    t.tx.send(Command::Observe(obs)).map_err(|_| Gone)
 }
 
 /// An expiry is routine (INFO); another error is a WARN when it differs from the last one, else

@@ -29,6 +29,31 @@ final class NativeBridge {
       long terminatedAtMillis,
       boolean deletionTimestampSet);
 
+  /**
+   * The id of a scope for {@link #observeIn}, non-zero and the same for the handle's whole life.
+   * Throws {@link IllegalArgumentException} naming {@code namespace} if it is not a Kubernetes
+   * namespace name.
+   */
+  static native long scopeId(long handle, String context, String namespace);
+
+  /**
+   * {@link #observe} for a scope from {@link #scopeId}, with {@code appState} as the position of
+   * the state in Kyuubi's {@code ApplicationState} declaration (PENDING = 0 ... UNKNOWN = 7), and
+   * {@code podName} only needed (non-null) when the event can lead to a DELETE or ends one: a
+   * terminal state (FINISHED, KILLED, FAILED, NOT_FOUND), a DELETE event, or a deletion timestamp.
+   */
+  static native void observeIn(
+      long handle,
+      long scopeId,
+      int eventKind,
+      int appState,
+      String uniqueTag,
+      String podName,
+      String podUid,
+      boolean hasAppSelector,
+      long terminatedAtMillis,
+      boolean deletionTimestampSet);
+
   static native boolean isLeader(long handle, String context, String namespace);
 
   static native String scopeStatus(long handle, String context, String namespace);

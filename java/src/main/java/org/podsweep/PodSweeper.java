@@ -3,7 +3,8 @@ package org.podsweep;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.locks.StampedLock;
 
 /**
  * One Kyuubi server's handle on the podsweep engine.
@@ -30,10 +31,20 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * close; {@link PodsweepException} for any other native failure.
  */
 public final class PodSweeper implements AutoCloseable {
-  private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
+  /** Kyuubi's {@code ApplicationState} names in declaration order: a name's code is its index. */
+  private static final String[] STATES = {
+    "PENDING", "RUNNING", "FINISHED", "KILLED", "FAILED", "ZOMBIE", "NOT_FOUND", "UNKNOWN"
+  };
+
+  // A read lock of one CAS each way, no thread-local hold counts: the calls never re-enter it.
+  private final StampedLock lock = new StampedLock();
   private final String serverId;
   // Guarded by lock: read under the read lock, cleared under the write lock.
   private long handle;
+  /** The native id of each (context, namespace) seen; ids live as long as the handle. */
+  private final ConcurrentHashMap<ScopeKey, Long> scopeIds = new ConcurrentHashMap<>();
+  /** The scope of the last call: informers pass the same scope again and again. */
+  private volatile ScopeKey lastScope;
 
   private PodSweeper(long handle, String serverId) {
     this.handle = handle;
@@ -84,11 +95,18 @@ public final class PodSweeper implements AutoCloseable {
   /**
    * Records what an informer saw. Non-blocking and O(1).
    *
+   * <p>The hot path of an informer thread: the scope is resolved to a native id once (then found
+   * again without crossing into native code), the state crosses as a number, and the pod name
+   * only for an event that can lead to a DELETE or ends one (a terminal state, a DELETE event, a
+   * deletion timestamp), where it is checked to be a Kubernetes pod name; a running pod's name
+   * only has to be non-empty.
+   *
    * @param context the scope's kube context, or {@code null} (Kyuubi's {@code None})
    * @param namespace the scope's namespace, or {@code null} (Kyuubi's {@code None})
    * @param event the informer callback
    * @param uniqueTag the pod's {@code kyuubi-unique-tag} label value
-   * @param podName the pod's name
+   * @param podName the pod's name (non-empty; checked to be a DNS-1123 subdomain when the event
+   *     can lead to a DELETE or ends one)
    * @param podUid the pod's {@code metadata.uid}
    * @param appState Kyuubi's {@code ApplicationState} name for the pod (PENDING, RUNNING, FINISHED,
    *     KILLED, FAILED, ZOMBIE, NOT_FOUND, UNKNOWN)
@@ -110,34 +128,112 @@ public final class PodSweeper implements AutoCloseable {
     if (event == null) {
       throw new IllegalArgumentException("event must not be null");
     }
-    ReentrantReadWriteLock.ReadLock r = lock.readLock();
-    r.lock();
+    int state = stateCode(appState);
+    if (podUid == null) {
+      throw new IllegalArgumentException("podUid must not be null");
+    }
+    if (podName == null || podName.isEmpty()) {
+      throw new IllegalArgumentException("podName must not be " + (podName == null ? "null" : "empty"));
+    }
+    // Only an event that can lead to a DELETE or ends a record needs the pod name on the native
+    // side (where it is checked to be a Kubernetes name): a terminal state, a DELETE event, a
+    // deletion timestamp. A running pod's is never read, so it is not converted.
+    boolean full = event == PodEvent.DELETE || deletionTimestampSet || terminal(state);
+    long stamp = lock.readLock();
     try {
-      NativeBridge.observe(
-          open(),
-          context,
-          namespace,
+      long h = open();
+      NativeBridge.observeIn(
+          h,
+          scopeId(h, context, namespace),
           event.code(),
+          state,
           uniqueTag,
-          podName,
+          full ? podName : null,
           podUid,
-          appState,
           hasAppSelector,
           terminatedAtMillis,
           deletionTimestampSet);
     } finally {
-      r.unlock();
+      lock.unlockRead(stamp);
+    }
+  }
+
+  /** The native code of an {@code ApplicationState} name (its declaration index). */
+  private static int stateCode(String appState) {
+    if (appState == null) {
+      throw new IllegalArgumentException("appState must not be null");
+    }
+    for (int i = 0; i < STATES.length; i++) {
+      if (STATES[i].equals(appState)) {
+        return i;
+      }
+    }
+    throw new IllegalArgumentException(
+        "appState must be a Kyuubi ApplicationState name (PENDING, RUNNING, FINISHED, KILLED,"
+            + " FAILED, ZOMBIE, NOT_FOUND, UNKNOWN), got \"" + appState + "\"");
+  }
+
+  /** Kyuubi's {@code isTerminated}: FINISHED, KILLED, FAILED, NOT_FOUND. */
+  private static boolean terminal(int state) {
+    return state == 2 || state == 3 || state == 4 || state == 6;
+  }
+
+  /** The scope's native id (resolved once per scope); called under the read lock. */
+  private long scopeId(long h, String context, String namespace) {
+    ScopeKey last = lastScope;
+    if (last != null && last.is(context, namespace)) {
+      return last.id;
+    }
+    ScopeKey key = new ScopeKey(context, namespace, 0L);
+    Long id = scopeIds.get(key);
+    if (id == null) {
+      // Throws IllegalArgumentException naming the namespace if it is not a Kubernetes name.
+      id = NativeBridge.scopeId(h, context, namespace);
+      scopeIds.putIfAbsent(key, id);
+    }
+    lastScope = new ScopeKey(context, namespace, id);
+    return id;
+  }
+
+  /** A scope (context, namespace), either part null, with its native id (not part of equality). */
+  private static final class ScopeKey {
+    final String context;
+    final String namespace;
+    final long id;
+
+    ScopeKey(String context, String namespace, long id) {
+      this.context = context;
+      this.namespace = namespace;
+      this.id = id;
+    }
+
+    boolean is(String c, String n) {
+      return same(context, c) && same(namespace, n);
+    }
+
+    private static boolean same(String a, String b) {
+      return a == b || (a != null && a.equals(b));
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof ScopeKey && is(((ScopeKey) o).context, ((ScopeKey) o).namespace);
+    }
+
+    @Override
+    public int hashCode() {
+      return 31 * (context == null ? 0 : context.hashCode())
+          + (namespace == null ? 0 : namespace.hashCode());
     }
   }
 
   /** Whether this server currently leads cleanup for the scope. */
   public boolean isLeader(String context, String namespace) {
-    ReentrantReadWriteLock.ReadLock r = lock.readLock();
-    r.lock();
+    long stamp = lock.readLock();
     try {
       return NativeBridge.isLeader(open(), context, namespace);
     } finally {
-      r.unlock();
+      lock.unlockRead(stamp);
     }
   }
 
@@ -146,12 +242,11 @@ public final class PodSweeper implements AutoCloseable {
    * DELETEs sent and their outcomes. {@link ScopeStatus#parse} reads it.
    */
   public String scopeStatus(String context, String namespace) {
-    ReentrantReadWriteLock.ReadLock r = lock.readLock();
-    r.lock();
+    long stamp = lock.readLock();
     try {
       return NativeBridge.scopeStatus(open(), context, namespace);
     } finally {
-      r.unlock();
+      lock.unlockRead(stamp);
     }
   }
 
@@ -164,12 +259,11 @@ public final class PodSweeper implements AutoCloseable {
    * @throws IllegalStateException after {@link #close}
    */
   public String statusAll() {
-    ReentrantReadWriteLock.ReadLock r = lock.readLock();
-    r.lock();
+    long stamp = lock.readLock();
     try {
       return NativeBridge.statusAll(open());
     } finally {
-      r.unlock();
+      lock.unlockRead(stamp);
     }
   }
 
@@ -180,12 +274,11 @@ public final class PodSweeper implements AutoCloseable {
 
   /** Whether {@link #close} has been called. */
   public boolean isClosed() {
-    ReentrantReadWriteLock.ReadLock r = lock.readLock();
-    r.lock();
+    long stamp = lock.readLock();
     try {
       return handle == 0;
     } finally {
-      r.unlock();
+      lock.unlockRead(stamp);
     }
   }
 
@@ -202,8 +295,7 @@ public final class PodSweeper implements AutoCloseable {
   @Override
   public void close() {
     long h;
-    ReentrantReadWriteLock.WriteLock w = lock.writeLock();
-    w.lock();
+    long stamp = lock.writeLock();
     try {
       h = handle;
       if (h == 0) {
@@ -212,7 +304,7 @@ public final class PodSweeper implements AutoCloseable {
       // Cleared first: even if the native close fails, the handle is never used again.
       handle = 0;
     } finally {
-      w.unlock();
+      lock.unlockWrite(stamp);
     }
     NativeBridge.close(h);
   }

@@ -93,6 +93,56 @@ class MisuseSuite extends AnyFunSuite with Eventually {
     } finally h.close()
   }
 
+  test("observeIn at the native boundary: bad codes and scope ids name the argument; a running pod needs no name") {
+    val h = PodSweeper.create(localConf(), "raw-in:10009")
+    try {
+      val handle = { val f = classOf[PodSweeper].getDeclaredField("handle"); f.setAccessible(true); f.getLong(h) }
+      val scope = NativeBridge.scopeId(handle, null, "ns")
+      assert(scope != 0L && NativeBridge.scopeId(handle, null, "ns") == scope, "one id per scope")
+      assert(NativeBridge.scopeId(handle, "ctx", "ns") != scope)
+      assertNames(intercept[IllegalArgumentException](NativeBridge.scopeId(handle, null, "Bad/NS")), "namespace")
+      Seq(-1, 3).foreach { code =>
+        assertNames(intercept[IllegalArgumentException](
+          NativeBridge.observeIn(handle, scope, code, 1, "t", null, "uid", true, 0L, false)), "event")
+      }
+      Seq(-1, 8).foreach { code =>
+        assertNames(intercept[IllegalArgumentException](
+          NativeBridge.observeIn(handle, scope, 1, code, "t", null, "uid", true, 0L, false)), "appState")
+      }
+      Seq(0L, 999L, -1L).foreach { bad =>
+        assertNames(intercept[IllegalArgumentException](
+          NativeBridge.observeIn(handle, bad, 1, 1, "t", null, "uid", true, 0L, false)), "scope")
+      }
+      assertNames(intercept[IllegalArgumentException](
+        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, null, true, 0L, false)), "podUid")
+      // A running pod's name is not read; a terminated pod's is required and checked.
+      NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-r", true, 0L, false)
+      assertNames(intercept[IllegalArgumentException](
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", null, "uid-f", true, 0L, false)), "podName")
+      assertNames(intercept[IllegalArgumentException](
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", "../p", "uid-f", true, 0L, false)), "podName")
+      // A DELETE event or a deletion timestamp ends a record: the name is required too.
+      assertNames(intercept[IllegalArgumentException](
+        NativeBridge.observeIn(handle, scope, 2, 1, "t", null, "uid-d", true, 0L, false)), "podName")
+      assertNames(intercept[IllegalArgumentException](
+        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-d", true, 0L, true)), "podName")
+    } finally h.close()
+  }
+
+  test("strings that are not ASCII, and long ones, go through observe unchanged") {
+    withSweeper { s =>
+      val tag = "t\u00e5g-\u00fc-" + "x" * 300
+      s.observe(null, "unicode", PodEvent.UPDATE, tag, "driver-u", UUID.randomUUID().toString, "FINISHED",
+        true, System.currentTimeMillis(), false)
+      s.observe("c\u00f6ntext", "unicode", PodEvent.UPDATE, tag, "driver-v", "uid-" + "9" * 200, "FINISHED",
+        true, 0L, false)
+      eventually {
+        assert(ScopeStatus.parse(s.scopeStatus(null, "unicode")).tracked == 1)
+        assert(ScopeStatus.parse(s.scopeStatus("c\u00f6ntext", "unicode")).tracked == 1)
+      }
+    }
+  }
+
   test("create: null map or serverId, null values, and bad configuration values name the culprit") {
     assertNames(intercept[IllegalArgumentException](PodSweeper.create(null, "s")), "kyuubiConf")
     assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(), null)), "serverId")
