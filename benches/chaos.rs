@@ -474,10 +474,11 @@ fn quorum(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
     // 3. Restore both; a leader again; the backlog drains.
     members.launch(first);
     members.launch(second);
+    let restart_at = Instant::now();
+    let restored = fleet.wait_leader(&[], Duration::from_secs(60));
+    let recovered_ms = restored.map(|_| restart_at.elapsed().as_millis() as u64);
     members.wait(first);
     members.wait(second);
-    let restored = fleet.wait_leader(&[], Duration::from_secs(30));
-    let recovered_ms = restored.map(|(_, w)| w.as_millis() as u64);
     progress(&format!(
         "quorum ({backend}): restored; leader after {recovered_ms:?} ms"
     ));
@@ -627,8 +628,7 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
         }
         // The backlog of the cut: pods due before the heal are all gone.
         let backlog_done = loop {
-            let overdue = fleet.left();
-            if overdue <= 3 || healed.elapsed() > Duration::from_secs(30) {
+            if fleet.overdue(Duration::from_millis(500)) == 0 || healed.elapsed() > Duration::from_secs(30) {
                 break healed.elapsed();
             }
             sleep(Duration::from_millis(20));

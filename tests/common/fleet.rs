@@ -448,6 +448,16 @@ impl Fleet {
             .count()
     }
 
+    /// Terminated pods not deleted yet whose retain period ended more than `grace` ago.
+    pub fn overdue(&self, grace: Duration) -> usize {
+        let now = now_ms();
+        lock(&self.world)
+            .pods
+            .values()
+            .filter(|p| !p.running && !p.gone && p.deadline_ms + grace.as_millis() as u64 <= now)
+            .count()
+    }
+
     /// Waits until every terminated pod is gone (or `within` passed); returns the time waited.
     pub fn drain(&self, within: Duration) -> Duration {
         let t0 = Instant::now();
