@@ -152,6 +152,7 @@ async fn coordination_traffic(smoke: bool) {
         tick,
         min_session: tick * 2,
         max_session: tick * 20,
+        ..common::zk::ZkOptions::default()
     });
     let etcd = common::etcd::EtcdServer::start();
     let zk_port = zk.port();

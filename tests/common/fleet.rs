@@ -69,6 +69,8 @@ struct Server {
     child: Option<Child>,
     stdin: Option<ChildStdin>,
     state: String,
+    /// The engine's last `leadership_reason`.
+    reason: String,
     /// Killed (or closed) by the parent: its end is not a crash.
     ended_by_us: bool,
     frozen: bool,
@@ -214,6 +216,16 @@ impl Fleet {
         ha_conf: Vec<(String, String)>,
         api_url: Option<&dyn Fn(&str) -> String>,
     ) -> usize {
+        self.spawn_full(ha_conf, api_url, &[])
+    }
+
+    /// [`Fleet::spawn_with`] with more environment for the process (e.g. `KRB5CCNAME`).
+    pub fn spawn_full(
+        &self,
+        ha_conf: Vec<(String, String)>,
+        api_url: Option<&dyn Fn(&str) -> String>,
+        env: &[(String, String)],
+    ) -> usize {
         let id = lock(&self.world).servers.len();
         let tag = format!("server-{id}");
         let listener = self.rt.block_on(self.api.listen(&tag));
@@ -233,6 +245,7 @@ impl Fleet {
         let spec = json!({"conf": conf, "namespace": self.namespace, "id": id, "retain_ms": self.retain_ms});
         let mut child = Command::new(std::env::current_exe().expect("own path"))
             .env(CHILD_ENV, spec.to_string())
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -262,6 +275,7 @@ impl Fleet {
             child: Some(child),
             stdin,
             state: "NONE".into(),
+            reason: String::new(),
             ended_by_us: false,
             frozen: false,
         });
@@ -277,6 +291,8 @@ impl Fleet {
                         state: state.to_owned(),
                         at: Instant::now(),
                     });
+                } else if let Some(reason) = line.strip_prefix("REASON ") {
+                    lock(&world).servers[id].reason = reason.to_owned();
                 }
             }
             let mut w = lock(&world);
@@ -299,6 +315,11 @@ impl Fleet {
 
     pub fn state(&self, id: usize) -> String {
         lock(&self.world).servers[id].state.clone()
+    }
+
+    /// Why server `id` is in its state, as its engine's status says.
+    pub fn reason(&self, id: usize) -> String {
+        lock(&self.world).servers[id].reason.clone()
     }
 
     /// Servers that report LEADING now.
@@ -674,13 +695,20 @@ fn child(spec: &str) {
         std::process::exit(0);
     });
     rt.block_on(async move {
-        let mut last = None;
+        let (mut last, mut last_reason) = (None, String::new());
         loop {
             let now = engine.leadership(&scope);
             if now != last {
                 println!("STATE {}", now.map(|l| l.as_str()).unwrap_or("NONE"));
                 let _ = std::io::stdout().flush();
                 last = now;
+            }
+            let status: Value = serde_json::from_str(&engine.status_json(&scope)).unwrap_or_default();
+            let reason = status["leadership_reason"].as_str().unwrap_or("").replace('\n', " ");
+            if reason != last_reason {
+                println!("REASON {reason}");
+                let _ = std::io::stdout().flush();
+                last_reason = reason;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

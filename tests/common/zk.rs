@@ -36,6 +36,10 @@ pub struct ZkOptions {
     pub min_session: Duration,
     /// `maxSessionTimeout`; ZooKeeper's default is 20 ticks.
     pub max_session: Duration,
+    /// More `zoo.cfg` lines (e.g. SASL settings).
+    pub extra_config: String,
+    /// More JVM arguments (`-D...`), e.g. a JAAS file and a krb5.conf.
+    pub jvm_args: Vec<String>,
 }
 
 impl Default for ZkOptions {
@@ -45,6 +49,8 @@ impl Default for ZkOptions {
             tick,
             min_session: tick * 2,
             max_session: tick * 20,
+            extra_config: String::new(),
+            jvm_args: Vec::new(),
         }
     }
 }
@@ -132,12 +138,13 @@ impl ZkServer {
             "tickTime={}\nminSessionTimeout={}\nmaxSessionTimeout={}\ndataDir={}\n\
              clientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
              4lw.commands.whitelist=*\npreAllocSize=1024\nsnapCount=100000\n\
-             autopurge.purgeInterval=0\n",
+             autopurge.purgeInterval=0\n{}",
             o.tick.as_millis(),
             o.min_session.as_millis(),
             o.max_session.as_millis(),
             data.display(),
             self.port,
+            o.extra_config,
         );
         let path = self.config_path();
         fs::write(&path, cfg).unwrap_or_else(|e| panic!("cannot write {path:?}: {e}"));
@@ -148,6 +155,7 @@ impl ZkServer {
             "org.apache.zookeeper.server.ZooKeeperServerMain",
             &self.config_path(),
             self.dir.path(),
+            &self.options.jvm_args,
         );
         self.child = Some(child);
         self.wait_serving();
@@ -201,7 +209,7 @@ pub fn serves_session(port: u16, session: i64) -> bool {
 
 /// Starts a ZooKeeper main class with `config`; console output goes to `<log_dir>/zk.log` when
 /// `PODSWEEP_ZK_LOG=1`, else nowhere.
-fn spawn_java(main_class: &str, config: &Path, log_dir: &Path) -> Child {
+fn spawn_java(main_class: &str, config: &Path, log_dir: &Path, extra: &[String]) -> Child {
     let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
     let log = std::env::var("PODSWEEP_ZK_LOG").is_ok_and(|v| v == "1");
     let output = || -> Stdio {
@@ -228,10 +236,9 @@ fn spawn_java(main_class: &str, config: &Path, log_dir: &Path) -> Child {
             "-Dzookeeper.fastleader.minNotificationInterval=200",
             "-Dzookeeper.fastleader.maxNotificationInterval=1000",
             "-Dzookeeper.cnxTimeout=1000",
-            "-cp",
-            &classpath(),
-            main_class,
         ])
+        .args(extra)
+        .args(["-cp", &classpath(), main_class])
         .arg(config)
         .stdin(Stdio::null())
         .stdout(output())
@@ -412,6 +419,7 @@ impl ZkEnsemble {
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             &m.dir.join("zoo.cfg"),
             &m.dir,
+            &[],
         ));
     }
 
