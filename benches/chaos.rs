@@ -21,7 +21,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::etcd::{EtcdCluster, EtcdServer};
-use common::fleet::{min_median_max, Fleet, Figures};
+use common::fleet::{min_median_max, Figures, Fleet};
 use common::proxy::Proxy;
 use common::zk::{ZkEnsemble, ZkServer};
 use podsweep::config::{keys, ETCD_CLIENT_CLASS};
@@ -68,9 +68,26 @@ fn main() {
             Value::from(name),
             Value::from(backend)
         );
+        // The common figures first, in the order; then the scenario's own.
+        const COMMON: [&str; 7] = [
+            "pods",
+            "delete_requests",
+            "duplicates",
+            "duplicates_within_bound",
+            "leaked",
+            "wrongful",
+            "crashes",
+        ];
         if let Value::Object(map) = fields {
-            for (k, v) in map {
-                out.push_str(&format!(",{}:{}", Value::from(k), v));
+            for k in COMMON {
+                out.push_str(&format!(
+                    ",{}:{}",
+                    Value::from(k),
+                    map.get(k).unwrap_or(&Value::Null)
+                ));
+            }
+            for (k, v) in map.iter().filter(|(k, _)| !COMMON.contains(&k.as_str())) {
+                out.push_str(&format!(",{}:{}", Value::from(k.as_str()), v));
             }
         }
         out.push_str(&format!(
@@ -205,7 +222,11 @@ fn finish(figures: &Figures, own: Value, mut broken: Vec<String>) -> (Value, Vec
 }
 
 /// Three servers, one running pod (the scope's election starts with it), a leader.
-fn fleet_of_three(rt: &tokio::runtime::Runtime, ns: &str, conf: Vec<(String, String)>) -> Arc<Fleet> {
+fn fleet_of_three(
+    rt: &tokio::runtime::Runtime,
+    ns: &str,
+    conf: Vec<(String, String)>,
+) -> Arc<Fleet> {
     let fleet = Arc::new(Fleet::new(rt, ns, conf));
     fleet.add_running();
     for _ in 0..3 {
@@ -321,7 +342,9 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
         let successor = fleet.wait_leader(&[leader], Duration::from_secs(20));
         match successor {
             Some((_, waited)) => failovers.push(waited),
-            None => broken.push(format!("round {r}: no successor while the leader was frozen")),
+            None => broken.push(format!(
+                "round {r}: no successor while the leader was frozen"
+            )),
         }
         // Frozen past the timeout in any case.
         let until = frozen_at + TIMEOUT + SLACK;
@@ -423,7 +446,11 @@ fn quorum(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
     progress(&format!(
         "quorum ({backend}): 3 backend members; lose one, lose quorum for {} s, restore{}",
         hold.as_secs(),
-        if backend == "etcd" { ", freeze the raft leader" } else { "" }
+        if backend == "etcd" {
+            ", freeze the raft leader"
+        } else {
+            ""
+        }
     ));
     let (mut members, addresses) = match backend {
         "zookeeper" => {
@@ -437,7 +464,11 @@ fn quorum(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
             (Members::Etcd(e), a)
         }
     };
-    let fleet = fleet_of_three(rt, &format!("quorum-{backend}"), ha_conf(backend, addresses));
+    let fleet = fleet_of_three(
+        rt,
+        &format!("quorum-{backend}"),
+        ha_conf(backend, addresses),
+    );
     let mut broken = Vec::new();
     if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
         broken.extend(no_leader("at the start"));
@@ -567,7 +598,10 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
             let upstream = listener.trim_start_matches("http://").to_owned();
             let proxy = rt.block_on(Proxy::start(&upstream));
             let url = format!("http://{}", proxy.addr);
-            proxies.lock().unwrap_or_else(|p| p.into_inner()).push(proxy);
+            proxies
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(proxy);
             url
         };
         fleet.spawn_with(conf, Some(&via_proxy));
@@ -628,7 +662,9 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
         }
         // The backlog of the cut: pods due before the heal are all gone.
         let backlog_done = loop {
-            if fleet.overdue(Duration::from_millis(500)) == 0 || healed.elapsed() > Duration::from_secs(30) {
+            if fleet.overdue(Duration::from_millis(500)) == 0
+                || healed.elapsed() > Duration::from_secs(30)
+            {
                 break healed.elapsed();
             }
             sleep(Duration::from_millis(20));

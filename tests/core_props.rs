@@ -115,14 +115,16 @@ fn event() -> impl Strategy<Value = Event> {
         prop::bool::weighted(0.05),
         any::<bool>(),
     )
-        .prop_map(|(uid, kind, state, driver, deletion_requested, terminated)| Event {
-            uid,
-            kind,
-            state,
-            driver,
-            deletion_requested,
-            terminated,
-        })
+        .prop_map(
+            |(uid, kind, state, driver, deletion_requested, terminated)| Event {
+                uid,
+                kind,
+                state,
+                driver,
+                deletion_requested,
+                terminated,
+            },
+        )
 }
 
 fn kind() -> impl Strategy<Value = CleanupKind> {

@@ -54,8 +54,14 @@ impl Kdc {
 
     fn env(&self) -> Vec<(String, String)> {
         vec![
-            ("KRB5_CONFIG".into(), self.path("krb5.conf").display().to_string()),
-            ("KRB5_KDC_PROFILE".into(), self.path("kdc.conf").display().to_string()),
+            (
+                "KRB5_CONFIG".into(),
+                self.path("krb5.conf").display().to_string(),
+            ),
+            (
+                "KRB5_KDC_PROFILE".into(),
+                self.path("kdc.conf").display().to_string(),
+            ),
         ]
     }
 
@@ -65,7 +71,9 @@ impl Kdc {
             .envs(self.env())
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {program}: {e} (scripts/setup kerberos installs it)"))?;
+            .map_err(|e| {
+                format!("cannot run {program}: {e} (scripts/setup kerberos installs it)")
+            })?;
         if !out.status.success() {
             return Err(format!(
                 "{program} {args:?} failed: {}{}",
@@ -109,16 +117,29 @@ impl Kdc {
         .map_err(|e| e.to_string())?;
         write("kadm5.acl", String::new()).map_err(|e| e.to_string())?;
         let mut kdc = Kdc { dir, child: None };
-        kdc.run("kdb5_util", &["create", "-s", "-r", REALM, "-P", "podsweep-master"])?;
+        kdc.run(
+            "kdb5_util",
+            &["create", "-s", "-r", REALM, "-P", "podsweep-master"],
+        )?;
         for (principal, keytab) in [(SERVICE, "zookeeper.keytab"), (CLIENT, "kyuubi.keytab")] {
             let kt = kdc.path(keytab).display().to_string();
             kdc.run(
                 "kadmin.local",
-                &["-r", REALM, "-q", &format!("addprinc -randkey {principal}@{REALM}")],
+                &[
+                    "-r",
+                    REALM,
+                    "-q",
+                    &format!("addprinc -randkey {principal}@{REALM}"),
+                ],
             )?;
             kdc.run(
                 "kadmin.local",
-                &["-r", REALM, "-q", &format!("ktadd -k {kt} {principal}@{REALM}")],
+                &[
+                    "-r",
+                    REALM,
+                    "-q",
+                    &format!("ktadd -k {kt} {principal}@{REALM}"),
+                ],
             )?;
         }
         let child = Command::new("krb5kdc")
@@ -146,7 +167,10 @@ impl Kdc {
     fn kinit(&self, cache: &Path) -> Result<(), String> {
         let kt = self.path("kyuubi.keytab").display().to_string();
         let cc = format!("FILE:{}", cache.display());
-        self.run("kinit", &["-kt", &kt, "-c", &cc, &format!("{CLIENT}@{REALM}")])?;
+        self.run(
+            "kinit",
+            &["-kt", &kt, "-c", &cc, &format!("{CLIENT}@{REALM}")],
+        )?;
         self.run("klist", &["-c", &cc]).map(|_| ())
     }
 }
@@ -182,7 +206,7 @@ fn kerberized_zookeeper(kdc: &Kdc) -> Result<ZkServer, String> {
 
 pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
     let pods_to_clean = if smoke { 20 } else { 200 };
-    progress("kerberos: an MIT KDC on loopback, a ZooKeeper that requires SASL/GSSAPI, 2 servers with a ticket cache from kinit -kt and 1 without");
+    progress("kerberos: an MIT KDC on loopback, a ZooKeeper that requires SASL/GSSAPI, 2 servers with a ticket cache from kinit -kt, 1 with an empty cache, 1 without SASL");
     let empty = || {
         (
             json!({"pods": 0, "delete_requests": 0, "duplicates": 0, "duplicates_within_bound": true,
@@ -240,6 +264,12 @@ pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
         fleet.spawn_full(conf.clone(), None, &env),
     ];
     let without = fleet.spawn_full(conf, None, &no_ticket_env);
+    // And one without SASL at all: the server must refuse its session.
+    let plain_conf = vec![
+        (keys::HA_ADDRESSES.to_owned(), zk.addr()),
+        (keys::ZK_SESSION_TIMEOUT.into(), "4000".into()),
+    ];
+    let plain = fleet.spawn_full(plain_conf, None, &[]);
     let mut broken = Vec::new();
     let elected = fleet.wait_leader(&[], Duration::from_secs(40));
     match elected {
@@ -247,7 +277,10 @@ pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
         Some((l, _)) => broken.push(format!("server-{l}, without a ticket, leads")),
         None => broken.push(format!(
             "no leader through Kerberized sessions within 40 s (reasons: {:?})",
-            with_ticket.iter().map(|&i| fleet.reason(i)).collect::<Vec<_>>()
+            with_ticket
+                .iter()
+                .map(|&i| fleet.reason(i))
+                .collect::<Vec<_>>()
         )),
     }
     for _ in 0..pods_to_clean {
@@ -283,6 +316,14 @@ pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
     if led_without_ticket {
         broken.push("the server without a ticket led".into());
     }
+    let plain_led = fleet
+        .transitions()
+        .iter()
+        .any(|t| t.server == plain && t.state == "LEADING");
+    let plain_reason = fleet.reason(plain);
+    if plain_led {
+        broken.push("a server without SASL led: ZooKeeper did not require authentication".into());
+    }
     let lower = no_ticket_reason.to_ascii_lowercase();
     let clear = ["kerberos", "gssapi", "sasl", "credential", "ticket", "krb5"]
         .iter()
@@ -304,7 +345,7 @@ pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
         broken.push("no DELETE was sent by a Kerberized leader".into());
     }
     let own = json!({
-        "servers": 3,
+        "servers": 4,
         "realm": REALM,
         "server_principal": format!("{SERVICE}@{REALM}"),
         "client_principal": format!("{CLIENT}@{REALM}"),
@@ -318,6 +359,8 @@ pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
         "no_ticket_server_state": no_ticket_state,
         "no_ticket_server_reason": no_ticket_reason,
         "no_ticket_reason_names_the_cause": clear,
+        "no_sasl_server_led": plain_led,
+        "no_sasl_server_reason": plain_reason,
     });
     if !clear {
         broken.push("the server without a ticket does not say why it cannot join".into());

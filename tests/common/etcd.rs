@@ -436,7 +436,9 @@ impl EtcdCluster {
             if let Some(child) = self.members[i].child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     self.members[i].child = None;
-                    panic!("etcd member {i} exited with {status} (PODSWEEP_ETCD_LOG=1 keeps its log)");
+                    panic!(
+                        "etcd member {i} exited with {status} (PODSWEEP_ETCD_LOG=1 keeps its log)"
+                    );
                 }
             }
             if self.serves(i) {
@@ -474,9 +476,7 @@ impl EtcdCluster {
             .filter(|&i| self.is_running(i) && !self.members[i].frozen)
             .map(|i| self.endpoint(i))
             .collect();
-        let ids: Vec<(usize, String)> = (0..self.len())
-            .map(|i| (i, self.endpoint(i)))
-            .collect();
+        let ids: Vec<(usize, String)> = (0..self.len()).map(|i| (i, self.endpoint(i))).collect();
         let attempt = thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -487,7 +487,10 @@ impl EtcdCluster {
                     let status = async {
                         let mut c = Client::connect(
                             [ep.clone()],
-                            Some(ConnectOptions::new().with_connect_timeout(Duration::from_millis(500))),
+                            Some(
+                                ConnectOptions::new()
+                                    .with_connect_timeout(Duration::from_millis(500)),
+                            ),
                         )
                         .await
                         .ok()?;
@@ -549,7 +552,14 @@ impl EtcdCluster {
             .args(["--initial-cluster-state", "new"])
             .args(["--initial-cluster-token", "podsweep-cluster"])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .args(["--logger", "zap", "--log-outputs", "stderr", "--log-level", "error"])
+            .args([
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+                "--log-level",
+                "error",
+            ])
             .stdin(Stdio::null())
             .stdout(output())
             .stderr(output())

@@ -166,7 +166,11 @@ pub struct Fleet {
 impl Fleet {
     /// A fleet on scope `namespace` whose servers use the HA keys `ha_conf`. The API server runs
     /// on `rt`.
-    pub fn new(rt: &tokio::runtime::Runtime, namespace: &str, ha_conf: Vec<(String, String)>) -> Fleet {
+    pub fn new(
+        rt: &tokio::runtime::Runtime,
+        namespace: &str,
+        ha_conf: Vec<(String, String)>,
+    ) -> Fleet {
         let api = Arc::new(rt.block_on(PodsApi::start()));
         let world = Arc::new(Mutex::new(World::default()));
         let pump_stop = Arc::new(AtomicBool::new(false));
@@ -402,9 +406,7 @@ impl Fleet {
         let mut w = lock(&self.world);
         let name = format!("driver-{:06}", w.next_pod);
         w.next_pod += 1;
-        let uid = self
-            .api
-            .create(&self.namespace, driver_pod(&name, Some(0)));
+        let uid = self.api.create(&self.namespace, driver_pod(&name, Some(0)));
         let deadline_ms = now_ms() + self.retain_ms;
         w.pods.insert(
             name.clone(),
@@ -703,8 +705,12 @@ fn child(spec: &str) {
                 let _ = std::io::stdout().flush();
                 last = now;
             }
-            let status: Value = serde_json::from_str(&engine.status_json(&scope)).unwrap_or_default();
-            let reason = status["leadership_reason"].as_str().unwrap_or("").replace('\n', " ");
+            let status: Value =
+                serde_json::from_str(&engine.status_json(&scope)).unwrap_or_default();
+            let reason = status["leadership_reason"]
+                .as_str()
+                .unwrap_or("")
+                .replace('\n', " ");
             if reason != last_reason {
                 println!("REASON {reason}");
                 let _ = std::io::stdout().flush();

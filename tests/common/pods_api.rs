@@ -143,7 +143,11 @@ impl PodsApi {
     /// While on, DELETEs through listener `tag` are recorded as they arrive but answered only
     /// once the hold is lifted (a leader whose DELETE is in flight).
     pub fn hold_deletes(&self, tag: &str, on: bool) {
-        let mut tags = self.shared.hold_tags.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tags = self
+            .shared
+            .hold_tags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if on {
             tags.insert(tag.to_owned());
         } else {
