@@ -148,7 +148,10 @@ mod tests {
         assert_eq!(retry_delay(30, None, cap, 0.99), cap);
         // Found by tests/core_props.rs: a NaN jitter panicked in Duration::mul_f64.
         assert_eq!(retry_delay(1, None, cap, f64::NAN), Duration::from_secs(1));
-        assert_eq!(retry_delay(1, None, cap, f64::INFINITY), Duration::from_secs(1));
+        assert_eq!(
+            retry_delay(1, None, cap, f64::INFINITY),
+            Duration::from_secs(1)
+        );
         assert_eq!(
             retry_delay(1, Some(Duration::from_secs(9)), cap, 0.5),
             Duration::from_secs(9)

@@ -16,7 +16,6 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -318,13 +317,7 @@ fn write_certificates(dir: &Path) -> TlsFiles {
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
-}
+pub use super::process::free_port;
 
 // ---------------------------------------------------------------------------------------------
 // Cluster
@@ -455,7 +448,7 @@ impl EtcdCluster {
     /// SIGSTOP: the member keeps its sockets open but answers nothing.
     pub fn freeze(&mut self, i: usize) {
         if let Some(child) = &self.members[i].child {
-            signal(child.id(), "STOP");
+            super::process::signal(child.id(), "STOP");
             self.members[i].frozen = true;
         }
     }
@@ -464,7 +457,7 @@ impl EtcdCluster {
     pub fn thaw(&mut self, i: usize) {
         if self.members[i].frozen {
             if let Some(child) = &self.members[i].child {
-                signal(child.id(), "CONT");
+                super::process::signal(child.id(), "CONT");
             }
             self.members[i].frozen = false;
         }
@@ -577,14 +570,4 @@ impl Drop for EtcdCluster {
             self.stop(i);
         }
     }
-}
-
-/// Sends `SIG<sig>` (`STOP`, `CONT`, `KILL`, ...) to process `pid`.
-pub fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }

@@ -46,6 +46,8 @@ use super::pods_api::{driver_pod, PodsApi};
 pub const CHILD_ENV: &str = "PODSWEEP_FLEET_SERVER";
 const MASTER: &str = "kyuubi.kubernetes.master.address";
 const TOKEN: &str = "kyuubi.kubernetes.authenticate.oauthToken";
+/// Every server's DELETE rate limit (qps and burst): above the churn of the scenarios.
+pub const RATE_QPS: u32 = 200;
 
 /// Runs this process as a fleet server when [`CHILD_ENV`] is set (and never returns then).
 pub fn child_main() {
@@ -244,8 +246,8 @@ impl Fleet {
         conf.insert(keys::RETAIN_PERIOD.into(), self.retain_ms.to_string());
         conf.insert(keys::HA_NAMESPACE.into(), "podsweep_chaos".into());
         conf.insert(keys::KUBE_NAMESPACE.into(), self.namespace.clone());
-        conf.insert(keys::RATE_QPS.into(), "200".into());
-        conf.insert(keys::RATE_BURST.into(), "200".into());
+        conf.insert(keys::RATE_QPS.into(), RATE_QPS.to_string());
+        conf.insert(keys::RATE_BURST.into(), RATE_QPS.to_string());
         let spec = json!({"conf": conf, "namespace": self.namespace, "id": id, "retain_ms": self.retain_ms});
         let mut child = Command::new(std::env::current_exe().expect("own path"))
             .env(CHILD_ENV, spec.to_string())
@@ -374,7 +376,7 @@ impl Fleet {
         let mut w = lock(&self.world);
         let s = &mut w.servers[id];
         if let Some(c) = &s.child {
-            super::etcd::signal(c.id(), "STOP");
+            super::process::signal(c.id(), "STOP");
             s.frozen = true;
         }
     }
@@ -393,7 +395,7 @@ impl Fleet {
         }
         let s = &mut w.servers[id];
         if let Some(c) = &s.child {
-            super::etcd::signal(c.id(), "CONT");
+            super::process::signal(c.id(), "CONT");
         }
         s.frozen = false;
         if let Some(stdin) = s.stdin.as_mut() {
@@ -509,6 +511,27 @@ impl Fleet {
             .count()
     }
 
+    /// For each pod deleted, milliseconds from its deadline to the DELETE that removed it.
+    pub fn delete_lags_ms(&self) -> Vec<u64> {
+        let deletes = self.api.deletes();
+        let w = lock(&self.world);
+        deletes
+            .iter()
+            .filter(|d| d.status == 200)
+            .filter_map(|d| {
+                let p = w.pods.get(&d.name)?;
+                let at = d.arrived_wall.duration_since(UNIX_EPOCH).ok()?.as_millis() as u64;
+                Some(at.saturating_sub(p.deadline_ms))
+            })
+            .collect()
+    }
+
+    /// Servers that sent at least one DELETE.
+    pub fn servers_that_deleted(&self) -> usize {
+        let senders: HashSet<String> = self.api.arrivals().into_iter().map(|d| d.via).collect();
+        senders.len()
+    }
+
     /// Ends every server (not counted as crashes) and the informer pump.
     pub fn shutdown(&self) {
         let mut w = lock(&self.world);
@@ -517,7 +540,7 @@ impl Fleet {
             s.stdin = None;
             if let Some(c) = s.child.as_mut() {
                 if s.frozen {
-                    super::etcd::signal(c.id(), "CONT");
+                    super::process::signal(c.id(), "CONT");
                 }
                 let _ = c.kill();
                 let _ = c.wait();

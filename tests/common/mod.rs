@@ -4,6 +4,7 @@ pub mod fixture;
 pub mod fleet;
 pub mod manual;
 pub mod pods_api;
+pub mod process;
 pub mod proxy;
 pub mod recorder;
 pub mod zk;

@@ -16,7 +16,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -504,13 +504,7 @@ pub async fn wait_contenders(addr: &str, dir: &str, n: usize) -> Vec<LatchNode> 
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
-}
+pub use super::process::free_port;
 
 /// The server jar (its manifest `Class-Path` lists its dependencies) plus a silent SLF4J
 /// binding; more jars are added only when the manifest is not there to help.
