@@ -314,6 +314,8 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
     let mut after_lapse = 0;
     let mut mid_delete = 0;
     let mut relead_at_thaw = 0;
+    let mut written_before_freeze = 0;
+    let mut late_ms = 0;
     if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
         broken.extend(no_leader("at the start"));
     }
@@ -337,6 +339,7 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
                 mid_delete += 1;
             }
         }
+        let stop_sent_at = Instant::now();
         fleet.freeze(leader);
         let frozen_at = Instant::now();
         let successor = fleet.wait_leader(&[leader], Duration::from_secs(20));
@@ -354,8 +357,9 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
         // The held DELETE is answered now, to a process that cannot read it yet.
         fleet.api.hold_deletes(&tag, false);
         sleep(Duration::from_millis(200));
-        fleet.thaw(leader);
+        // Counted from just before the SIGCONT: anything later was written after the thaw.
         let thawed_at = Instant::now();
+        fleet.thaw(leader);
         sleep(Duration::from_millis(1500));
         // Its lease lapsed while it was frozen: nothing from it until it leads again.
         let relead = fleet
@@ -367,13 +371,25 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
             relead_at_thaw += 1;
         }
         let end = relead.unwrap_or_else(Instant::now);
-        let sent = fleet.deletes_from(leader, frozen_at, end);
+        // A stopped process writes nothing: what arrives while it is frozen was written before
+        // the SIGSTOP (with a valid lease) and read by the API a moment later.
+        let late: Vec<u64> = fleet
+            .api
+            .arrivals()
+            .iter()
+            .filter(|d| d.via == tag && d.arrived >= stop_sent_at && d.arrived < thawed_at)
+            .map(|d| (d.arrived - stop_sent_at).as_millis() as u64)
+            .collect();
+        written_before_freeze += late.len();
+        late_ms = late_ms.max(late.iter().copied().max().unwrap_or(0));
+        let sent = fleet.deletes_from(leader, thawed_at, end);
         after_lapse += sent;
         progress(&format!(
-            "expiry ({backend}): round {}/{rounds}{}: failover {:?}, DELETEs from the thawed server before it led again: {sent}",
+            "expiry ({backend}): round {}/{rounds}{}: failover {:?}, DELETEs from the thawed server before it led again: {sent}; read by the API after the SIGSTOP was sent: {} (ms after it: {late:?})",
             r + 1,
             if held_round { " (mid-DELETE)" } else { "" },
-            successor.map(|s| s.1)
+            successor.map(|s| s.1),
+            late.len()
         ));
     }
     churn.stop();
@@ -395,6 +411,8 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
         "frozen_for_ms_at_least": (TIMEOUT + SLACK).as_millis() as u64,
         "failover_ms": min_median_max(&failovers),
         "deletes_after_lease_lapsed": after_lapse,
+        "deletes_written_before_freeze_read_after": written_before_freeze,
+        "deletes_written_before_freeze_read_after_max_ms": late_ms,
         "thawed_server_led_again_within_1_5_s": relead_at_thaw,
         "drain_after_churn_ms": drained.as_millis() as u64,
     });
