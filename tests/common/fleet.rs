@@ -119,6 +119,8 @@ pub struct Figures {
     pub wrongful: usize,
     pub crashes: usize,
     pub crash_notes: Vec<String>,
+    /// Each pod deleted twice by one server: its DELETEs and the leadership changes around them.
+    pub beyond_bound: Vec<String>,
 }
 
 impl Figures {
@@ -148,7 +150,10 @@ impl Figures {
             b.push(format!("crashes={} {:?}", self.crashes, self.crash_notes));
         }
         if !self.duplicates_within_bound {
-            b.push("duplicates beyond the bound of one per leader per pod".into());
+            b.push(format!(
+                "duplicates beyond the bound of one per leader per pod: {:?}",
+                self.beyond_bound
+            ));
         }
         b
     }
@@ -163,6 +168,7 @@ pub struct Fleet {
     rt: tokio::runtime::Handle,
     pump_stop: Arc<AtomicBool>,
     pump: Mutex<Option<JoinHandle<()>>>,
+    started: Instant,
 }
 
 impl Fleet {
@@ -207,6 +213,7 @@ impl Fleet {
             rt: rt.handle().clone(),
             pump_stop,
             pump: Mutex::new(Some(pump)),
+            started: Instant::now(),
         }
     }
 
@@ -577,10 +584,63 @@ impl Fleet {
         }
         let duplicates = per_pod.values().filter(|v| v.len() > 1).count();
         // The bound: a pod in flight at a leadership change may be deleted once by each leader.
-        let within = per_pod.values().all(|senders| {
-            let distinct: HashSet<&&str> = senders.iter().collect();
-            distinct.len() == senders.len()
-        });
+        let beyond: Vec<&str> = per_pod
+            .iter()
+            .filter(|(_, senders)| {
+                let distinct: HashSet<&&str> = senders.iter().collect();
+                distinct.len() != senders.len()
+            })
+            .map(|(name, _)| *name)
+            .collect();
+        let within = beyond.is_empty();
+        // What happened to each pod beyond the bound: its DELETEs (sender, answer, when) and the
+        // leadership changes around them, for the report.
+        let t0 = self.started;
+        let ms = |i: Instant| i.saturating_duration_since(t0).as_millis() as u64;
+        let beyond_detail: Vec<String> = beyond
+            .iter()
+            .map(|name| {
+                let answered = self.api.deletes();
+                let ds: Vec<String> = arrivals
+                    .iter()
+                    .filter(|d| d.name == *name)
+                    .map(|d| {
+                        let status = answered
+                            .iter()
+                            .find(|a| a.name == d.name && a.via == d.via && a.arrived == d.arrived)
+                            .map(|a| a.status)
+                            .unwrap_or(0);
+                        format!("{} at {} ms -> {}", d.via, ms(d.arrived), status)
+                    })
+                    .collect();
+                let first = arrivals
+                    .iter()
+                    .filter(|d| d.name == *name)
+                    .map(|d| d.arrived)
+                    .min();
+                let last = arrivals
+                    .iter()
+                    .filter(|d| d.name == *name)
+                    .map(|d| d.arrived)
+                    .max();
+                let changes: Vec<String> = match (first, last) {
+                    (Some(f), Some(l)) => w
+                        .transitions
+                        .iter()
+                        .filter(|t| {
+                            t.at + Duration::from_secs(5) >= f && t.at <= l + Duration::from_secs(1)
+                        })
+                        .map(|t| format!("server-{} {} at {} ms", t.server, t.state, ms(t.at)))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                format!(
+                    "{name}: deletes [{}]; leadership [{}]",
+                    ds.join(", "),
+                    changes.join(", ")
+                )
+            })
+            .collect();
         let pods = w.pods.values().filter(|p| !p.running).count();
         let leaked = w.pods.values().filter(|p| !p.running && !p.gone).count();
         Figures {
@@ -592,6 +652,7 @@ impl Fleet {
             wrongful,
             crashes: w.crashes.len(),
             crash_notes: w.crashes.clone(),
+            beyond_bound: beyond_detail,
         }
     }
 }
