@@ -256,7 +256,13 @@ impl Fleet {
         conf.insert(keys::RATE_QPS.into(), RATE_QPS.to_string());
         conf.insert(keys::RATE_BURST.into(), RATE_QPS.to_string());
         let spec = json!({"conf": conf, "namespace": self.namespace, "id": id, "retain_ms": self.retain_ms});
-        let mut child = Command::new(std::env::current_exe().expect("own path"))
+        // /proc/self/exe: the running binary even if a rebuild replaced the file meanwhile.
+        let exe = if std::path::Path::new("/proc/self/exe").exists() {
+            std::path::PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe().expect("own path")
+        };
+        let mut child = Command::new(exe)
             .env(CHILD_ENV, spec.to_string())
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
