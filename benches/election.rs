@@ -87,6 +87,7 @@ impl BackendEnv {
                         tick,
                         min_session: tick * 2,
                         max_session: tick * 20,
+                        ..common::zk::ZkOptions::default()
                     }
                 } else {
                     common::zk::ZkOptions::default()

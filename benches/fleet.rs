@@ -7,42 +7,34 @@
 //!   request that reaches the Kubernetes API address the engines are configured with.
 //! - `duplicates`: 3 server processes (this binary again) share one scope while pods keep
 //!   terminating; every few seconds the leader is killed with SIGKILL and a fresh server joins. The
-//!   parent plays the API server and the informers: it keeps the pods, answers each DELETE, and
-//!   tells every live server about new pods and about deleted ones. DELETE requests per pod is the
+//!   fleet harness (tests/common/fleet.rs, shared with `scripts/chaos`) plays the API server (our
+//!   pods API over HTTP, one listener per server, every DELETE recorded) and the informers (new
+//!   pods and deleted ones are told to every live server). DELETE requests per pod is the
 //!   duplicate budget actually spent.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
 mod common;
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use common::recorder::{self, Recorder};
-use podsweep::clock::Clock;
+use common::fleet::Fleet as ChurnFleet;
 use podsweep::config::{keys, Settings, ETCD_CLIENT_CLASS};
-use podsweep::election::etcd::EtcdBackend;
-use podsweep::election::zookeeper::ZooKeeperBackend;
-use podsweep::election::{Backend, Leadership};
+use podsweep::election::Leadership;
 use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
 use serde_json::json;
 
-const CHILD_ENV: &str = "PODSWEEP_FLEET_CHILD";
 const MASTER: &str = "kyuubi.kubernetes.master.address";
-/// The churn fleet's DELETE rate limit (qps and burst).
-const CHURN_QPS: u32 = 100;
 
 fn main() {
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        return child(&spec);
-    }
+    common::fleet::child_main();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let smoke = args.iter().any(|a| a == "--smoke");
     let named: Vec<&str> = args
@@ -152,6 +144,7 @@ async fn coordination_traffic(smoke: bool) {
         tick,
         min_session: tick * 2,
         max_session: tick * 20,
+        ..common::zk::ZkOptions::default()
     });
     let etcd = common::etcd::EtcdServer::start();
     let zk_port = zk.port();
@@ -273,117 +266,10 @@ async fn coordination_traffic(smoke: bool) {
 // ------------------------------------------------------------------------------------------------
 // duplicates
 
-/// One server process of the churn fleet.
-struct Server {
-    id: usize,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    leading: bool,
-}
-
-struct PodRecord {
-    deadline_ms: u64,
-    deletes: u32,
-    deleted_ms: Option<u64>,
-}
-
-#[derive(Default)]
-struct World {
-    servers: Vec<Server>,
-    pods: HashMap<String, PodRecord>,
-    /// Pods in creation order (what an informer's initial list returns).
-    order: Vec<String>,
-    deletes: Vec<(usize, String, u64)>,
-}
-
-impl World {
-    fn send_all(&mut self, line: &str) {
-        for s in self.servers.iter_mut() {
-            if let Some(stdin) = s.stdin.as_mut() {
-                // A server that died mid-write is noticed by its reader thread.
-                let _ = stdin.write_all(line.as_bytes());
-            }
-        }
-    }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn spawn_server(world: &Arc<Mutex<World>>, id: usize, spec: &serde_json::Value) {
-    let mut child = Command::new(std::env::current_exe().expect("own path"))
-        .env(CHILD_ENV, spec.to_string())
-        .arg(id.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn a server process");
-    let out = child.stdout.take().expect("child stdout");
-    let mut stdin = child.stdin.take();
-    let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
-    // The new server's informer lists the pods that still exist.
-    if let Some(s) = stdin.as_mut() {
-        let mut list = String::new();
-        for uid in &w.order {
-            if let Some(p) = w.pods.get(uid).filter(|p| p.deleted_ms.is_none()) {
-                list.push_str(&format!("POD {uid} {}\n", p.deadline_ms));
-            }
-        }
-        let _ = s.write_all(list.as_bytes());
-    }
-    w.servers.push(Server {
-        id,
-        child,
-        stdin,
-        leading: false,
-    });
-    drop(w);
-    let world = world.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(state) = line.strip_prefix("STATE ") {
-                if let Some(s) = w.servers.iter_mut().find(|s| s.id == id) {
-                    s.leading = state == "LEADING";
-                }
-            } else if let Some(uid) = line.strip_prefix("DELETE ") {
-                let at = now_ms();
-                w.deletes.push((id, uid.to_owned(), at));
-                let first = match w.pods.get_mut(uid) {
-                    Some(p) => {
-                        p.deletes += 1;
-                        if p.deleted_ms.is_none() {
-                            p.deleted_ms = Some(at);
-                            true
-                        } else {
-                            false
-                        }
-                    }
-                    None => false,
-                };
-                // The API server removes the pod; every informer sees the DELETE event.
-                if first {
-                    w.send_all(&format!("GONE {uid}\n"));
-                }
-            }
-        }
-        let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = w.servers.iter_mut().find(|s| s.id == id) {
-            s.leading = false;
-            s.stdin = None;
-        }
-    });
-}
-
 fn duplicates(backend: &'static str, smoke: bool) {
     // Short timeouts so that a kill every few seconds means a real leadership change each time.
     let (conf, timeouts, _server): (
-        Vec<(&str, String)>,
+        Vec<(String, String)>,
         serde_json::Value,
         Box<dyn std::any::Any>,
     ) = match backend {
@@ -391,8 +277,8 @@ fn duplicates(backend: &'static str, smoke: bool) {
             let zk = common::zk::ZkServer::start();
             (
                 vec![
-                    (keys::HA_ADDRESSES, zk.addr()),
-                    (keys::ZK_SESSION_TIMEOUT, "2000".into()),
+                    (keys::HA_ADDRESSES.into(), zk.addr()),
+                    (keys::ZK_SESSION_TIMEOUT.into(), "2000".into()),
                 ],
                 json!({"session_timeout_ms": 2000, "server_tick_ms": 200}),
                 Box::new(zk),
@@ -402,9 +288,9 @@ fn duplicates(backend: &'static str, smoke: bool) {
             let etcd = common::etcd::EtcdServer::start();
             (
                 vec![
-                    (keys::HA_ADDRESSES, etcd.endpoint()),
-                    (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS.into()),
-                    (keys::ETCD_LEASE_TIMEOUT, "PT2S".into()),
+                    (keys::HA_ADDRESSES.into(), etcd.endpoint()),
+                    (keys::HA_CLIENT_CLASS.into(), ETCD_CLIENT_CLASS.into()),
+                    (keys::ETCD_LEASE_TIMEOUT.into(), "PT2S".into()),
                 ],
                 json!({"lease_timeout": "PT2S"}),
                 Box::new(etcd),
@@ -412,113 +298,49 @@ fn duplicates(backend: &'static str, smoke: bool) {
         }
     };
     let servers = 3;
-    let retain_ms = 1000u64;
     let churn = Duration::from_secs(if smoke { 8 } else { 45 });
     let kill_every = Duration::from_secs(3);
     let pod_every = Duration::from_millis(50);
-    let spec = json!({
-        "conf": conf.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<HashMap<_, _>>(),
-        "namespace": format!("churn-{backend}"),
-        "retain_ms": retain_ms,
-    });
     progress(&format!(
         "duplicates ({backend}): {servers} server processes, a pod terminates every {} ms, the leader is killed every {} s for {} s",
         pod_every.as_millis(),
         kill_every.as_secs(),
         churn.as_secs()
     ));
-    let world = Arc::new(Mutex::new(World::default()));
-    let mut next_id = 0;
+    // The server processes, the pods API and the informers: tests/common/fleet.rs.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fleet = Arc::new(ChurnFleet::new(&rt, &format!("churn-{backend}"), conf));
+    fleet.add_running();
     for _ in 0..servers {
-        spawn_server(&world, next_id, &spec);
-        next_id += 1;
+        fleet.spawn();
     }
-    let anyone_leads = |w: &Arc<Mutex<World>>| {
-        w.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .servers
-            .iter()
-            .any(|s| s.leading)
-    };
-    let t0 = Instant::now();
-    while !anyone_leads(&world) && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    fleet.wait_leader(&[], Duration::from_secs(30));
     let start = Instant::now();
-    let mut next_pod = start;
-    let mut next_kill = start + kill_every;
+    let churning = fleet.churn(pod_every);
     let mut kills = 0;
-    let mut seq = 0u64;
-    while start.elapsed() < churn {
-        let now = Instant::now();
-        if now >= next_pod {
-            let uid = format!("uid-{seq:06}");
-            seq += 1;
-            let deadline = now_ms() + retain_ms;
-            let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
-            w.pods.insert(
-                uid.clone(),
-                PodRecord {
-                    deadline_ms: deadline,
-                    deletes: 0,
-                    deleted_ms: None,
-                },
-            );
-            w.order.push(uid.clone());
-            // The pod terminated now; `deadline` travels as its termination time + retain.
-            w.send_all(&format!("POD {uid} {deadline}\n"));
-            next_pod += pod_every;
+    while start.elapsed() + kill_every <= churn {
+        std::thread::sleep(kill_every);
+        if let Some(leader) = fleet.leaders().first().copied() {
+            fleet.kill(leader);
+            fleet.spawn();
+            kills += 1;
         }
-        if now >= next_kill {
-            let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(s) = w.servers.iter_mut().find(|s| s.leading) {
-                let _ = s.child.kill();
-                let _ = s.child.wait();
-                s.leading = false;
-                s.stdin = None;
-                kills += 1;
-                drop(w);
-                spawn_server(&world, next_id, &spec);
-                next_id += 1;
-                next_kill = now + kill_every;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(5));
     }
-    // Drain: every pod must be deleted once the last successor leads.
-    let drain = Instant::now();
-    loop {
-        let left = {
-            let w = world.lock().unwrap_or_else(|p| p.into_inner());
-            w.pods.values().filter(|p| p.deleted_ms.is_none()).count()
-        };
-        if left == 0 || drain.elapsed() > Duration::from_secs(60) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if let Some(rest) = churn.checked_sub(start.elapsed()) {
+        std::thread::sleep(rest);
     }
-    // Late duplicates would show up here.
+    churning.stop();
+    // Drain: every pod must be deleted once the last successor leads; late duplicates would
+    // show up in the 2 s after.
+    fleet.drain(Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
-    let mut w = world.lock().unwrap_or_else(|p| p.into_inner());
-    for s in w.servers.iter_mut() {
-        s.stdin = None;
-        let _ = s.child.kill();
-        let _ = s.child.wait();
-    }
-    let pods = w.pods.len();
-    let requests = w.deletes.len();
-    let twice = w.pods.values().filter(|p| p.deletes > 1).count();
-    let leaked = w.pods.values().filter(|p| p.deleted_ms.is_none()).count();
-    let early = w
-        .deletes
-        .iter()
-        .filter(|(_, uid, at)| w.pods.get(uid).is_some_and(|p| *at < p.deadline_ms))
-        .count();
-    let mut lags: Vec<u64> = w
-        .pods
-        .values()
-        .filter_map(|p| p.deleted_ms.map(|d| d.saturating_sub(p.deadline_ms)))
-        .collect();
+    fleet.shutdown();
+    let f = fleet.figures();
+    let mut lags = fleet.delete_lags_ms();
     lags.sort_unstable();
     let pct = |q: f64| -> Option<u64> {
         if lags.is_empty() {
@@ -527,7 +349,6 @@ fn duplicates(backend: &'static str, smoke: bool) {
         let rank = ((q * lags.len() as f64).ceil() as usize).clamp(1, lags.len());
         Some(lags[rank - 1])
     };
-    let senders: HashSet<usize> = w.deletes.iter().map(|(id, _, _)| *id).collect();
     let line = json!({
         "backend": backend,
         "timeouts": timeouts,
@@ -535,114 +356,18 @@ fn duplicates(backend: &'static str, smoke: bool) {
         "churn_s": churn.as_secs(),
         "leader_killed_every_s": kill_every.as_secs(),
         "leader_kills": kills,
-        "servers_that_deleted": senders.len(),
-        "retain_ms": retain_ms,
-        "rate_limit_qps": CHURN_QPS,
-        "pods": pods,
-        "delete_requests": requests,
-        "deletes_per_pod": if pods > 0 { (requests as f64 / pods as f64 * 1000.0).round() / 1000.0 } else { 0.0 },
-        "pods_deleted_more_than_once": twice,
-        "deletes_before_deadline": early,
-        "leaked": leaked,
+        "servers_that_deleted": fleet.servers_that_deleted(),
+        "retain_ms": fleet.retain_ms,
+        "rate_limit_qps": common::fleet::RATE_QPS,
+        "pods": f.pods,
+        "delete_requests": f.delete_requests,
+        "deletes_per_pod": if f.pods > 0 { (f.delete_requests as f64 / f.pods as f64 * 1000.0).round() / 1000.0 } else { 0.0 },
+        "pods_deleted_more_than_once": f.duplicates,
+        "deletes_before_deadline": f.wrongful,
+        "leaked": f.leaked,
+        "crashes": f.crashes,
         "deadline_to_delete_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": lags.last()},
+        "api": "PodsApi over HTTP (each server's own listener); informer events from the parent",
     });
     common::bench::line("duplicates", line);
-}
-
-/// A server process of the churn fleet: one engine; stdin carries the informer's events
-/// (`POD <uid> <deadline_ms>`, `GONE <uid>`), stdout its leadership (`STATE ...`) and its DELETEs.
-fn child(spec: &str) {
-    let spec: serde_json::Value = serde_json::from_str(spec).expect("child spec");
-    let id = std::env::args().nth(1).unwrap_or_default();
-    let mut map: HashMap<String, String> = spec["conf"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let retain_ms = spec["retain_ms"].as_u64().unwrap_or(1000);
-    map.insert(keys::CLEANUP_KIND.into(), "ALL".into());
-    map.insert(keys::RETAIN_PERIOD.into(), retain_ms.to_string());
-    map.insert(keys::HA_NAMESPACE.into(), "podsweep_churn".into());
-    // Pods terminate faster (20/s) than the default DELETE rate limit (10/s) lets a leader drain.
-    map.insert(keys::RATE_QPS.into(), CHURN_QPS.to_string());
-    map.insert(keys::RATE_BURST.into(), CHURN_QPS.to_string());
-    let settings = Settings::from_map(map).expect("child conf");
-    let backend: Arc<dyn Backend> = match &settings.ha {
-        podsweep::config::HaSettings::ZooKeeper(z) => Arc::new(ZooKeeperBackend::new(z.clone())),
-        podsweep::config::HaSettings::Etcd(e) => Arc::new(EtcdBackend::new(e.clone())),
-        podsweep::config::HaSettings::Local => panic!("the churn fleet needs an HA backend"),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let rec = Arc::new(Recorder::echoing());
-    let engine = Arc::new(
-        Engine::with_parts(
-            settings,
-            &format!("server-{id}"),
-            backend,
-            recorder::source(rec),
-            Clock::System,
-            rt.handle().clone(),
-        )
-        .expect("engine"),
-    );
-    let scope = Scope::new(None, spec["namespace"].as_str());
-    let feed = {
-        let (engine, scope) = (engine.clone(), scope.clone());
-        move |kind: EventKind, uid: &str, deadline_ms: u64| {
-            let ended = UNIX_EPOCH + Duration::from_millis(deadline_ms.saturating_sub(retain_ms));
-            let _ = engine.observe(
-                scope.clone(),
-                Observation {
-                    kind,
-                    tag: format!("tag-{uid}"),
-                    pod_name: format!("kyuubi-spark-{uid}-driver"),
-                    pod_uid: uid.to_owned(),
-                    state: AppState::Finished,
-                    has_app_selector: true,
-                    terminated_at: Some(ended),
-                    deletion_requested: false,
-                },
-            );
-        }
-    };
-    let _ = engine.observe(scope.clone(), running_pod("running"));
-    std::thread::spawn(move || {
-        let mut deadlines: HashMap<String, u64> = HashMap::new();
-        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-            let mut parts = line.split(' ');
-            match (parts.next(), parts.next(), parts.next()) {
-                (Some("POD"), Some(uid), Some(d)) => {
-                    let d = d.parse().unwrap_or(0);
-                    deadlines.insert(uid.to_owned(), d);
-                    feed(EventKind::Update, uid, d);
-                }
-                (Some("GONE"), Some(uid), _) => {
-                    let d = deadlines.remove(uid).unwrap_or(0);
-                    feed(EventKind::Delete, uid, d);
-                }
-                _ => {}
-            }
-        }
-        // The parent went away.
-        std::process::exit(0);
-    });
-    rt.block_on(async move {
-        let mut last = None;
-        loop {
-            let now = engine.leadership(&scope);
-            if now != last {
-                println!("STATE {}", now.map(|l| l.as_str()).unwrap_or("NONE"));
-                let _ = std::io::stdout().flush();
-                last = now;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    });
 }

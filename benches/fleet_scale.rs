@@ -101,11 +101,10 @@ impl Coordinator {
                     tick,
                     min_session: tick * 2,
                     max_session: tick * 20,
+                    extra_config: "maxClientCnxns=0\n".into(),
+                    ..Default::default()
                 };
-                Coordinator::ZooKeeper(common::zk::ZkServer::start_with_config(
-                    options,
-                    "maxClientCnxns=0\n",
-                ))
+                Coordinator::ZooKeeper(common::zk::ZkServer::start_with(options))
             }
             _ => Coordinator::Etcd(common::etcd::EtcdServer::start()),
         }

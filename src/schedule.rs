@@ -68,7 +68,13 @@ pub fn retry_delay(
     jitter: f64,
 ) -> Duration {
     let exp = Duration::from_secs(1u64 << attempt.saturating_sub(1).min(16)).min(cap);
-    let jittered = exp.mul_f64(1.0 + 0.2 * jitter.clamp(0.0, 1.0)).min(cap);
+    // A jitter that is not a number counts as none (`mul_f64` panics on NaN).
+    let jitter = if jitter.is_finite() {
+        jitter.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let jittered = exp.mul_f64(1.0 + 0.2 * jitter).min(cap);
     match retry_after {
         Some(ra) if ra > jittered => ra,
         _ => jittered,
@@ -140,6 +146,12 @@ mod tests {
         assert_eq!(retry_delay(2, None, cap, 0.0), Duration::from_secs(2));
         assert_eq!(retry_delay(5, None, cap, 0.0), Duration::from_secs(16));
         assert_eq!(retry_delay(30, None, cap, 0.99), cap);
+        // Found by tests/core_props.rs: a NaN jitter panicked in Duration::mul_f64.
+        assert_eq!(retry_delay(1, None, cap, f64::NAN), Duration::from_secs(1));
+        assert_eq!(
+            retry_delay(1, None, cap, f64::INFINITY),
+            Duration::from_secs(1)
+        );
         assert_eq!(
             retry_delay(1, Some(Duration::from_secs(9)), cap, 0.5),
             Duration::from_secs(9)

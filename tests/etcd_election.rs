@@ -10,9 +10,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::GetOptions;
@@ -21,6 +19,8 @@ use podsweep::election::etcd::EtcdBackend;
 use podsweep::election::{Backend, ElectionHandle, Leadership};
 use podsweep::scope::Scope;
 use tokio::time::{sleep, timeout, Instant};
+
+use common::process::{exit_with_parent, ChildProcess, Stderr};
 
 use common::etcd::{free_port, EtcdServer};
 
@@ -153,73 +153,46 @@ fn parse_tick(line: &str) -> Option<Tick> {
     })
 }
 
-/// A candidate in another process; killed on drop.
+/// A candidate in another process (tests/common/process.rs); killed on drop.
 struct ChildCandidate {
-    child: Child,
-    ticks: Arc<Mutex<Vec<Tick>>>,
+    process: ChildProcess,
 }
 
 impl ChildCandidate {
     fn spawn(endpoint: &str, scope: &Scope, identity: &str, ttl_s: u64) -> ChildCandidate {
-        let exe = std::env::current_exe().expect("test binary path");
-        let mut child = Command::new(exe)
-            .args([
-                "etcd_child_candidate",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .arg("--test-threads=1")
-            .env(CHILD_ENV, endpoint)
-            .env(
-                "PODSWEEP_ETCD_CHILD_CONTEXT",
-                scope.context.clone().unwrap_or_default(),
-            )
-            .env(
-                "PODSWEEP_ETCD_CHILD_NAMESPACE",
-                scope.namespace.clone().unwrap_or_default(),
-            )
-            .env("PODSWEEP_ETCD_CHILD_IDENTITY", identity)
-            .env("PODSWEEP_ETCD_CHILD_TTL_S", ttl_s.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("child candidate starts");
-        let ticks = Arc::new(Mutex::new(Vec::new()));
-        if let Some(out) = child.stdout.take() {
-            let ticks = ticks.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    if let Some(t) = parse_tick(&line) {
-                        ticks.lock().unwrap_or_else(|p| p.into_inner()).push(t);
-                    }
-                }
-            });
-        }
-        if let Some(err) = child.stderr.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    eprintln!("[child] {line}");
-                }
-            });
-        }
-        ChildCandidate { child, ticks }
+        let process = ChildProcess::test(
+            "etcd_child_candidate",
+            &[
+                (CHILD_ENV, endpoint.to_owned()),
+                (
+                    "PODSWEEP_ETCD_CHILD_CONTEXT",
+                    scope.context.clone().unwrap_or_default(),
+                ),
+                (
+                    "PODSWEEP_ETCD_CHILD_NAMESPACE",
+                    scope.namespace.clone().unwrap_or_default(),
+                ),
+                ("PODSWEEP_ETCD_CHILD_IDENTITY", identity.to_owned()),
+                ("PODSWEEP_ETCD_CHILD_TTL_S", ttl_s.to_string()),
+            ],
+            Stderr::Prefixed,
+        );
+        ChildCandidate { process }
     }
 
     fn signal(&self, name: &str) {
-        let pid = self.child.id().to_string();
-        let status = Command::new("kill")
-            .args([format!("-{name}"), pid.clone()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{name} {pid} failed");
+        self.process.signal(name);
     }
 
     fn ticks(&self) -> Vec<Tick> {
-        self.ticks.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.process
+            .lines()
+            .iter()
+            .filter_map(|l| parse_tick(l))
+            .collect()
     }
 
+    /// Waits for a tick line matching `pred`.
     async fn wait_tick(&self, what: &str, within: Duration, pred: impl Fn(&Tick) -> bool) -> Tick {
         let deadline = Instant::now() + within;
         loop {
@@ -233,13 +206,6 @@ impl ChildCandidate {
             );
             sleep(Duration::from_millis(20)).await;
         }
-    }
-}
-
-impl Drop for ChildCandidate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -258,10 +224,7 @@ fn etcd_child_candidate() {
     let identity = var("PODSWEEP_ETCD_CHILD_IDENTITY");
     let ttl_s = var("PODSWEEP_ETCD_CHILD_TTL_S").parse().unwrap_or(2);
     // Exit when the parent goes away (its end of our stdin closes).
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(0);
-    });
+    exit_with_parent();
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
         .with_writer(std::io::stderr)

@@ -5,11 +5,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::process::{exit_with_parent, ChildProcess, Stderr};
 use common::recorder::{self, Recorder};
 use common::zk::ZkServer;
 use podsweep::clock::Clock;
@@ -154,68 +153,35 @@ async fn only_the_leader_deletes_and_a_cancelled_pod_stays_cancelled_after_hando
     b.close_async(Duration::from_secs(5)).await;
 }
 
-/// An engine in another process; killed on drop.
+/// An engine in another process (tests/common/process.rs); killed on drop.
 struct ChildEngine {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    process: ChildProcess,
 }
 
 impl ChildEngine {
     fn spawn(zk: &str, retain_ms: u64, pods: &[(&str, SystemTime)]) -> ChildEngine {
-        let exe = std::env::current_exe().unwrap();
         let pods: Vec<String> = pods
             .iter()
             .map(|(u, t)| format!("{u}:{}", t.duration_since(UNIX_EPOCH).unwrap().as_millis()))
             .collect();
-        let mut child = Command::new(exe)
-            .args([
-                "cleanup_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, zk)
-            .env("PODSWEEP_CLEANUP_CHILD_RETAIN_MS", retain_ms.to_string())
-            .env("PODSWEEP_CLEANUP_CHILD_PODS", pods.join(","))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let out = child.stdout.take().unwrap();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        ChildEngine { child, lines }
+        let process = ChildProcess::test(
+            "cleanup_child",
+            &[
+                (CHILD_ENV, zk.to_owned()),
+                ("PODSWEEP_CLEANUP_CHILD_RETAIN_MS", retain_ms.to_string()),
+                ("PODSWEEP_CLEANUP_CHILD_PODS", pods.join(",")),
+            ],
+            Stderr::Inherit,
+        );
+        ChildEngine { process }
     }
 
     fn saw(&self, prefix: &str) -> bool {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.starts_with(prefix))
+        self.process.saw(prefix)
     }
 
     fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .args([format!("-{name}"), self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{name}");
-    }
-}
-
-impl Drop for ChildEngine {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.signal(name);
     }
 }
 
@@ -225,10 +191,7 @@ fn cleanup_child() {
     let Ok(zk) = std::env::var(CHILD_ENV) else {
         return;
     };
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(0);
-    });
+    exit_with_parent();
     let retain_ms: u64 = std::env::var("PODSWEEP_CLEANUP_CHILD_RETAIN_MS")
         .unwrap()
         .parse()
@@ -330,7 +293,7 @@ async fn a_frozen_leader_sends_nothing_after_it_wakes() {
     sleep(Duration::from_secs(2)).await;
     child.signal("CONT");
     sleep(Duration::from_secs(3)).await;
-    let lines = child.lines.lock().unwrap().clone();
+    let lines = child.process.lines();
     assert!(
         !lines.iter().any(|l| l.starts_with("DELETE")),
         "the woken ex-leader sent a DELETE: {lines:?}"

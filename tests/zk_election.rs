@@ -10,9 +10,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use podsweep::config::ZkSettings;
@@ -20,6 +18,8 @@ use podsweep::election::zookeeper::ZooKeeperBackend;
 use podsweep::election::{Backend, ElectionHandle, Leadership};
 use podsweep::scope::Scope;
 use tokio::time::{sleep, timeout, Instant};
+
+use common::process::{exit_with_parent, ChildProcess, Stderr};
 
 use common::zk::{free_port, latch_nodes, wait_contenders, ZkOptions, ZkServer};
 
@@ -108,74 +108,43 @@ fn parse_tick(line: &str) -> Option<Tick> {
     })
 }
 
-/// A candidate in another process; killed on drop.
+/// A candidate in another process (tests/common/process.rs); killed on drop.
 struct ChildCandidate {
-    child: Child,
-    ticks: Arc<Mutex<Vec<Tick>>>,
+    process: ChildProcess,
 }
 
 impl ChildCandidate {
     fn spawn(addr: &str, scope: &Scope, identity: &str, session_ms: u64) -> ChildCandidate {
-        let exe = std::env::current_exe().expect("test binary path");
-        let mut child = Command::new(exe)
-            .args([
-                "zk_child_candidate",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_ENV, addr)
-            .env(
-                "PODSWEEP_ZK_CHILD_CONTEXT",
-                scope.context.clone().unwrap_or_default(),
-            )
-            .env(
-                "PODSWEEP_ZK_CHILD_NAMESPACE",
-                scope.namespace.clone().unwrap_or_default(),
-            )
-            .env("PODSWEEP_ZK_CHILD_IDENTITY", identity)
-            .env("PODSWEEP_ZK_CHILD_SESSION_MS", session_ms.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("child candidate starts");
-        let ticks = Arc::new(Mutex::new(Vec::new()));
-        if let Some(out) = child.stdout.take() {
-            let ticks = ticks.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    if let Some(t) = parse_tick(&line) {
-                        ticks.lock().unwrap_or_else(|p| p.into_inner()).push(t);
-                    }
-                }
-            });
-        }
-        if let Some(err) = child.stderr.take() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines().map_while(Result::ok) {
-                    eprintln!("[child] {line}");
-                }
-            });
-        }
-        ChildCandidate { child, ticks }
-    }
-
-    fn pid(&self) -> String {
-        self.child.id().to_string()
+        let process = ChildProcess::test(
+            "zk_child_candidate",
+            &[
+                (CHILD_ENV, addr.to_owned()),
+                (
+                    "PODSWEEP_ZK_CHILD_CONTEXT",
+                    scope.context.clone().unwrap_or_default(),
+                ),
+                (
+                    "PODSWEEP_ZK_CHILD_NAMESPACE",
+                    scope.namespace.clone().unwrap_or_default(),
+                ),
+                ("PODSWEEP_ZK_CHILD_IDENTITY", identity.to_owned()),
+                ("PODSWEEP_ZK_CHILD_SESSION_MS", session_ms.to_string()),
+            ],
+            Stderr::Prefixed,
+        );
+        ChildCandidate { process }
     }
 
     fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{name}"), self.pid()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{name} {} failed", self.pid());
+        self.process.signal(name);
     }
 
     fn ticks(&self) -> Vec<Tick> {
-        self.ticks.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.process
+            .lines()
+            .iter()
+            .filter_map(|l| parse_tick(l))
+            .collect()
     }
 
     /// Waits for a tick line matching `pred`.
@@ -195,13 +164,6 @@ impl ChildCandidate {
     }
 }
 
-impl Drop for ChildCandidate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The child process's body; does nothing unless started by [`ChildCandidate::spawn`].
 #[test]
 #[ignore = "child-process candidate, started by the other tests of this file"]
@@ -217,10 +179,7 @@ fn zk_child_candidate() {
     let identity = var("PODSWEEP_ZK_CHILD_IDENTITY");
     let session_ms = var("PODSWEEP_ZK_CHILD_SESSION_MS").parse().unwrap_or(2000);
     // Exit when the parent goes away (its end of our stdin closes).
-    std::thread::spawn(|| {
-        let _ = std::io::stdin().read_to_end(&mut Vec::new());
-        std::process::exit(0);
-    });
+    exit_with_parent();
     let _ = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::INFO)
         .with_writer(std::io::stderr)
@@ -371,8 +330,7 @@ async fn crashed_leader_is_replaced_after_its_session_expires() {
     assert_eq!(b.status().leadership, Leadership::Following);
 
     let t0 = Instant::now();
-    child.child.kill().expect("SIGKILL the leader");
-    let _ = child.child.wait();
+    child.process.kill();
     let failover = wait_state(&b, Leadership::Leading, Duration::from_secs(20)).await;
     eprintln!("figure: crash failover {failover:?} (negotiated session timeout {session_ms} ms)");
     assert!(t0.elapsed() < Duration::from_millis(session_ms) + Duration::from_secs(5));

@@ -16,7 +16,6 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -318,10 +317,257 @@ fn write_certificates(dir: &Path) -> TlsFiles {
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
+pub use super::process::free_port;
+
+// ---------------------------------------------------------------------------------------------
+// Cluster
+// ---------------------------------------------------------------------------------------------
+
+struct ClusterMember {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+    frozen: bool,
+}
+
+/// A plain-text etcd cluster of three (or more) members on loopback; every process is killed on
+/// drop. Members are numbered from 0. Members can be killed and started again (same data
+/// directory), or frozen with SIGSTOP and thawed with SIGCONT.
+pub struct EtcdCluster {
+    dir: TempDir,
+    members: Vec<ClusterMember>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members together and returns once every member serves linearizable reads.
+    ///
+    /// # Panics
+    /// If etcd is missing or the cluster does not form in time.
+    pub fn start(size: usize) -> EtcdCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("podsweep-etcd-cluster-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < size * 2 {
+            let p = free_port();
+            if !ports.contains(&p) {
+                ports.push(p);
+            }
+        }
+        let members: Vec<ClusterMember> = (0..size)
+            .map(|i| ClusterMember {
+                name: format!("m{i}"),
+                client_port: ports[2 * i],
+                peer_port: ports[2 * i + 1],
+                child: None,
+                frozen: false,
+            })
+            .collect();
+        let mut cluster = EtcdCluster { dir, members };
+        for i in 0..size {
+            cluster.launch(i);
+        }
+        for i in 0..size {
+            cluster.wait_serving(i);
+        }
+        cluster
+    }
+
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// `http://127.0.0.1:<client port>` of member `i`.
+    pub fn endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// Every member's endpoint, comma-separated (Kyuubi's `kyuubi.ha.addresses`).
+    pub fn endpoints(&self) -> String {
+        (0..self.len())
+            .map(|i| self.endpoint(i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn is_running(&self, i: usize) -> bool {
+        self.members[i].child.is_some()
+    }
+
+    /// Whether member `i` answers a linearizable read now (it is up and sees a quorum).
+    pub fn serves(&self, i: usize) -> bool {
+        self.is_running(i)
+            && !self.members[i].frozen
+            && probe(
+                self.endpoint(i),
+                ConnectOptions::new().with_connect_timeout(Duration::from_millis(500)),
+            )
+    }
+
+    /// Kills member `i` (SIGKILL); its data directory stays.
+    pub fn stop(&mut self, i: usize) {
+        self.thaw(i);
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again from its data directory, without waiting (it serves only once a
+    /// quorum of members runs).
+    pub fn restart(&mut self, i: usize) {
+        assert!(!self.is_running(i), "member {i} is running");
+        self.launch(i);
+    }
+
+    /// Waits until member `i` serves linearizable reads.
+    pub fn wait_serving(&mut self, i: usize) {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            if let Some(child) = self.members[i].child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.members[i].child = None;
+                    panic!(
+                        "etcd member {i} exited with {status} (PODSWEEP_ETCD_LOG=1 keeps its log)"
+                    );
+                }
+            }
+            if self.serves(i) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd member {i} did not serve within {STARTUP_TIMEOUT:?}"
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGSTOP: the member keeps its sockets open but answers nothing.
+    pub fn freeze(&mut self, i: usize) {
+        if let Some(child) = &self.members[i].child {
+            super::process::signal(child.id(), "STOP");
+            self.members[i].frozen = true;
+        }
+    }
+
+    /// SIGCONT after [`EtcdCluster::freeze`].
+    pub fn thaw(&mut self, i: usize) {
+        if self.members[i].frozen {
+            if let Some(child) = &self.members[i].child {
+                super::process::signal(child.id(), "CONT");
+            }
+            self.members[i].frozen = false;
+        }
+    }
+
+    /// The member that is the raft leader now, asked through every running member's status.
+    pub fn leader(&self) -> Option<usize> {
+        let endpoints: Vec<String> = (0..self.len())
+            .filter(|&i| self.is_running(i) && !self.members[i].frozen)
+            .map(|i| self.endpoint(i))
+            .collect();
+        let ids: Vec<(usize, String)> = (0..self.len()).map(|i| (i, self.endpoint(i))).collect();
+        let attempt = thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async move {
+                for ep in endpoints {
+                    let status = async {
+                        let mut c = Client::connect(
+                            [ep.clone()],
+                            Some(
+                                ConnectOptions::new()
+                                    .with_connect_timeout(Duration::from_millis(500)),
+                            ),
+                        )
+                        .await
+                        .ok()?;
+                        let s = c.status().await.ok()?;
+                        Some((s.header()?.member_id(), s.leader()))
+                    };
+                    let Ok(Some((me, leader))) =
+                        tokio::time::timeout(Duration::from_secs(1), status).await
+                    else {
+                        continue;
+                    };
+                    if me == leader {
+                        return ids.iter().find(|(_, e)| *e == ep).map(|(i, _)| *i);
+                    }
+                }
+                None
+            })
+        });
+        attempt.join().ok().flatten()
+    }
+
+    fn launch(&mut self, i: usize) {
+        let etcd = std::env::var("PODSWEEP_ETCD").unwrap_or_else(|_| "etcd".into());
+        let log = std::env::var("PODSWEEP_ETCD_LOG").is_ok_and(|v| v == "1");
+        let member_dir = self.dir.path().join(&self.members[i].name);
+        let output = || -> Stdio {
+            if !log {
+                return Stdio::null();
+            }
+            let _ = fs::create_dir_all(&member_dir);
+            match fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(member_dir.join("etcd.log"))
+            {
+                Ok(f) => Stdio::from(f),
+                Err(_) => Stdio::null(),
+            }
+        };
+        let initial: String = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let m = &self.members[i];
+        let client_url = format!("http://127.0.0.1:{}", m.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", m.peer_port);
+        let child = Command::new(&etcd)
+            .arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(member_dir.join("data"))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "podsweep-cluster"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args([
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+                "--log-level",
+                "error",
+            ])
+            .stdin(Stdio::null())
+            .stdout(output())
+            .stderr(output())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run {etcd}: {e} (install Debian's etcd-server or set PODSWEEP_ETCD)")
+            });
+        self.members[i].child = Some(child);
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.stop(i);
+        }
+    }
 }

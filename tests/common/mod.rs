@@ -1,7 +1,10 @@
 pub mod bench;
 pub mod etcd;
 pub mod fixture;
+pub mod fleet;
 pub mod manual;
 pub mod pods_api;
+pub mod process;
+pub mod proxy;
 pub mod recorder;
 pub mod zk;

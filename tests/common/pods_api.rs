@@ -33,6 +33,12 @@ pub struct DeleteRecord {
     pub name: String,
     pub uid: Option<String>,
     pub status: u16,
+    /// The listener it came through (`""` for the main one; see [`PodsApi::listen`]).
+    pub via: String,
+    /// When the request arrived (before any hold or delay).
+    pub arrived: std::time::Instant,
+    /// When it arrived, in wall time (for deadlines).
+    pub arrived_wall: SystemTime,
 }
 
 struct Watcher {
@@ -62,19 +68,49 @@ struct Shared {
     lists: AtomicU64,
     watches: AtomicU64,
     next_uid: AtomicU64,
+    /// Listener tags whose DELETE answers are held (the request is recorded as it arrives and
+    /// served once the hold is lifted), and how many requests wait now per tag.
+    held: Mutex<HashMap<String, usize>>,
+    /// Every DELETE as it arrived (status 0: not answered yet when recorded).
+    arrivals: Mutex<Vec<DeleteRecord>>,
+    hold_tags: Mutex<std::collections::HashSet<String>>,
+    released: tokio::sync::Notify,
 }
 
 /// The server; it stops when dropped.
 pub struct PodsApi {
     pub url: String,
     shared: Arc<Shared>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for PodsApi {
     fn drop(&mut self) {
-        self.task.abort();
+        for t in self.tasks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            t.abort();
+        }
     }
+}
+
+/// Serves `shared` on `listener`; requests are tagged `via`.
+fn serve(listener: TcpListener, s: Arc<Shared>, via: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (s, via) = (s.clone(), via.clone());
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let (s, via) = (s.clone(), via.clone());
+                    async move { Ok::<_, Infallible>(handle(&s, req, &via).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    })
 }
 
 impl PodsApi {
@@ -83,25 +119,56 @@ impl PodsApi {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let s = s.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| {
-                        let s = s.clone();
-                        async move { Ok::<_, Infallible>(handle(&s, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
-        PodsApi { url, shared, task }
+        let task = serve(listener, shared.clone(), String::new());
+        PodsApi {
+            url,
+            shared,
+            tasks: Mutex::new(vec![task]),
+        }
+    }
+
+    /// Another address for the same pods (a server of its own: one client per listener), whose
+    /// requests are recorded with `via = tag`. Call on the runtime that serves the API.
+    pub async fn listen(&self, tag: &str) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = serve(listener, self.shared.clone(), tag.to_owned());
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task);
+        url
+    }
+
+    /// While on, DELETEs through listener `tag` are recorded as they arrive but answered only
+    /// once the hold is lifted (a leader whose DELETE is in flight).
+    pub fn hold_deletes(&self, tag: &str, on: bool) {
+        let mut tags = self
+            .shared
+            .hold_tags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if on {
+            tags.insert(tag.to_owned());
+        } else {
+            tags.remove(tag);
+            self.shared.released.notify_waiters();
+        }
+    }
+
+    /// DELETEs through listener `tag` waiting for their answer now.
+    pub fn held(&self, tag: &str) -> usize {
+        let held = self.shared.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.get(tag).copied().unwrap_or(0)
+    }
+
+    /// DELETE requests that arrived (answered or still held), in arrival order.
+    pub fn arrivals(&self) -> Vec<DeleteRecord> {
+        self.shared
+            .arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Adds a pod (`metadata.name` required; uid, namespace and resourceVersion are set here).
@@ -304,7 +371,9 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
-async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
+async fn handle(s: &Shared, req: Request<Incoming>, via: &str) -> Response<Body> {
+    let arrived = std::time::Instant::now();
+    let arrived_wall = SystemTime::now();
     let method = req.method().clone();
     let user_agent = req
         .headers()
@@ -360,12 +429,26 @@ async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
             }
         }
         (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
+            let opts: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let uid = opts["preconditions"]["uid"].as_str().map(str::to_owned);
+            let record = |status| DeleteRecord {
+                namespace: ns.to_string(),
+                name: name.to_string(),
+                uid: uid.clone(),
+                status,
+                via: via.to_owned(),
+                arrived,
+                arrived_wall,
+            };
+            s.arrivals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(record(0));
+            hold(s, via).await;
             let delay = s.delete_delay_ms.load(Ordering::SeqCst);
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
-            let opts: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            let uid = opts["preconditions"]["uid"].as_str().map(str::to_owned);
             let mut st = s.store.lock().unwrap();
             let key = (ns.to_string(), name.to_string());
             let (code, reply) = match st.pods.get(&key).cloned() {
@@ -383,12 +466,7 @@ async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
                 }
             };
             drop(st);
-            s.deletes.lock().unwrap().push(DeleteRecord {
-                namespace: ns.to_string(),
-                name: name.to_string(),
-                uid,
-                status: code,
-            });
+            s.deletes.lock().unwrap().push(record(code));
             full(StatusCode::from_u16(code).unwrap(), &reply)
         }
         _ => full(
@@ -396,6 +474,35 @@ async fn handle(s: &Shared, req: Request<Incoming>) -> Response<Body> {
             &status(405, "MethodNotAllowed", "not served here"),
         ),
     }
+}
+
+/// Waits while DELETEs through `via` are held.
+async fn hold(s: &Shared, via: &str) {
+    let is_held = || {
+        s.hold_tags
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(via)
+    };
+    if !is_held() {
+        return;
+    }
+    let bump = |d: isize| {
+        let mut held = s.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(via.to_owned()).or_default();
+        *n = n.saturating_add_signed(d);
+    };
+    bump(1);
+    while is_held() {
+        let released = s.released.notified();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        if !is_held() {
+            break;
+        }
+        released.await;
+    }
+    bump(-1);
 }
 
 fn watch(

@@ -16,7 +16,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -36,6 +36,10 @@ pub struct ZkOptions {
     pub min_session: Duration,
     /// `maxSessionTimeout`; ZooKeeper's default is 20 ticks.
     pub max_session: Duration,
+    /// More `zoo.cfg` lines (e.g. SASL settings).
+    pub extra_config: String,
+    /// More JVM arguments (`-D...`), e.g. a JAAS file and a krb5.conf.
+    pub jvm_args: Vec<String>,
 }
 
 impl Default for ZkOptions {
@@ -45,6 +49,8 @@ impl Default for ZkOptions {
             tick,
             min_session: tick * 2,
             max_session: tick * 20,
+            extra_config: String::new(),
+            jvm_args: Vec::new(),
         }
     }
 }
@@ -54,8 +60,6 @@ pub struct ZkServer {
     port: u16,
     dir: TempDir,
     options: ZkOptions,
-    /// Extra `zoo.cfg` lines.
-    extra: String,
     child: Option<Child>,
 }
 
@@ -69,11 +73,6 @@ impl ZkServer {
     }
 
     pub fn start_with(options: ZkOptions) -> ZkServer {
-        Self::start_with_config(options, "")
-    }
-
-    /// [`ZkServer::start_with`] plus `extra` lines appended to `zoo.cfg` (e.g. `maxClientCnxns=0`).
-    pub fn start_with_config(options: ZkOptions, extra: &str) -> ZkServer {
         let dir = tempfile::Builder::new()
             .prefix("podsweep-zk-")
             .tempdir()
@@ -83,7 +82,6 @@ impl ZkServer {
             port,
             dir,
             options,
-            extra: extra.to_owned(),
             child: None,
         };
         server.write_config();
@@ -140,13 +138,14 @@ impl ZkServer {
             "tickTime={}\nminSessionTimeout={}\nmaxSessionTimeout={}\ndataDir={}\n\
              clientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
              4lw.commands.whitelist=*\npreAllocSize=1024\nsnapCount=100000\n\
-             autopurge.purgeInterval=0\n",
+             autopurge.purgeInterval=0\n{}",
             o.tick.as_millis(),
             o.min_session.as_millis(),
             o.max_session.as_millis(),
             data.display(),
             self.port,
-        ) + &self.extra;
+            o.extra_config,
+        );
         let path = self.config_path();
         fs::write(&path, cfg).unwrap_or_else(|e| panic!("cannot write {path:?}: {e}"));
     }
@@ -156,6 +155,7 @@ impl ZkServer {
             "org.apache.zookeeper.server.ZooKeeperServerMain",
             &self.config_path(),
             self.dir.path(),
+            &self.options.jvm_args,
         );
         self.child = Some(child);
         self.wait_serving();
@@ -221,7 +221,7 @@ pub fn sessions_served(port: u16) -> Option<Vec<String>> {
 
 /// Starts a ZooKeeper main class with `config`; console output goes to `<log_dir>/zk.log` when
 /// `PODSWEEP_ZK_LOG=1`, else nowhere.
-fn spawn_java(main_class: &str, config: &Path, log_dir: &Path) -> Child {
+fn spawn_java(main_class: &str, config: &Path, log_dir: &Path, extra: &[String]) -> Child {
     let java = std::env::var("JAVA").unwrap_or_else(|_| "java".into());
     let log = std::env::var("PODSWEEP_ZK_LOG").is_ok_and(|v| v == "1");
     let output = || -> Stdio {
@@ -248,10 +248,9 @@ fn spawn_java(main_class: &str, config: &Path, log_dir: &Path) -> Child {
             "-Dzookeeper.fastleader.minNotificationInterval=200",
             "-Dzookeeper.fastleader.maxNotificationInterval=1000",
             "-Dzookeeper.cnxTimeout=1000",
-            "-cp",
-            &classpath(),
-            main_class,
         ])
+        .args(extra)
+        .args(["-cp", &classpath(), main_class])
         .arg(config)
         .stdin(Stdio::null())
         .stdout(output())
@@ -432,6 +431,7 @@ impl ZkEnsemble {
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             &m.dir.join("zoo.cfg"),
             &m.dir,
+            &[],
         ));
     }
 
@@ -516,13 +516,7 @@ pub async fn wait_contenders(addr: &str, dir: &str, n: usize) -> Vec<LatchNode> 
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
-}
+pub use super::process::free_port;
 
 /// The server jar (its manifest `Class-Path` lists its dependencies) plus a silent SLF4J
 /// binding; more jars are added only when the manifest is not there to help.

@@ -22,7 +22,7 @@ import org.podsweep.testkit.{KyuubiHome, PodsApi}
  * period of an hour: a DELETE may reach it only for a pod the fuzz reported as a terminated Spark
  * driver (the fuzz sends termination times far in the past, so some are due at once); a DELETE of
  * anything else is wrongful. The probe writes down every such observation it made (with the
- * default namespace for a null one).
+ * default namespace for a null or empty one, as podsweep's scopes do).
  */
 object FuzzScenario {
   def run(smoke: Boolean): Seq[Outcome] = {
@@ -176,7 +176,8 @@ object FuzzProbe {
       val (selector, at, deleting) = (rnd.nextBoolean(), time(), rnd.nextBoolean())
       val took = attempt("observe")(sweeper.observe(ctx, ns, ev, tag, name, uid, state, selector, at, deleting))
       if (took && selector && !deleting && ev != PodEvent.DELETE && terminal(state))
-        deletable.println(s"${Option(ns).getOrElse("default")}\t$name")
+        // podsweep's scope takes a null or empty namespace as the default one (src/scope.rs).
+        deletable.println(s"${Option(ns).filter(_.nonEmpty).getOrElse("default")}\t$name")
       if (i % 1000 == 0) attempt("status")(sweeper.statusAll())
       i += 1
     }
