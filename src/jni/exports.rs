@@ -176,11 +176,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
 ) {
     run(&mut env, (), |env| {
         let engine = engine(handle)?;
-        let kind = EventKind::from_ordinal(event_kind).ok_or_else(|| {
-            Failure::IllegalArgument(format!(
-                "event must be ADD, UPDATE or DELETE (got ordinal {event_kind})"
-            ))
-        })?;
+        let kind = event_kind_of(event_kind)?;
         let state_name = req_string(env, &app_state, "appState")?;
         let state = AppState::parse(&state_name).ok_or_else(|| {
             Failure::IllegalArgument(format!(
@@ -239,11 +235,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
 ) {
     run(&mut env, (), |env| {
         let engine = engine(handle)?;
-        let kind = EventKind::from_ordinal(event_kind).ok_or_else(|| {
-            Failure::IllegalArgument(format!(
-                "event must be ADD, UPDATE or DELETE (got ordinal {event_kind})"
-            ))
-        })?;
+        let kind = event_kind_of(event_kind)?;
         let state = AppState::from_code(app_state).ok_or_else(|| {
             Failure::IllegalArgument(format!(
                 "appState must be the code of a Kyuubi ApplicationState (0 to 7), got {app_state}"
@@ -368,5 +360,14 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_panicForTest<'l>(
 ) {
     run(&mut env, (), |_env| -> Result<(), Failure> {
         panic!("deliberate panic for testing the JNI error policy")
+    })
+}
+
+/// The event kind from its Java ordinal, shared by both observe entry points.
+fn event_kind_of(ordinal: jint) -> Result<EventKind, Failure> {
+    EventKind::from_ordinal(ordinal).ok_or_else(|| {
+        Failure::IllegalArgument(format!(
+            "event must be ADD, UPDATE or DELETE (got ordinal {ordinal})"
+        ))
     })
 }
