@@ -20,7 +20,9 @@
 //!    whatever the leadership), so both figures come out the same; a takeover allocates nothing
 //!    per pod.
 //! 4. Where the bytes go: a standalone `Tracker` (the real type) fed the same N pods (records and
-//!    their UID index), then the same tracker with every pod's timer armed (the timer entries).
+//!    their UID index), then the same tracker with every pod's timer armed (the timer entries),
+//!    and the engine's table of what each scope task was told (`seen_table`: a 16-byte UID and a
+//!    word per pod, which answers an informer's repeated events on its own thread).
 //!
 //! Heap bytes are counted by a `#[global_allocator]` around the system allocator: requested sizes,
 //! so malloc's own headers and size-class rounding are not included (the RSS figures, from
@@ -45,6 +47,7 @@ use podsweep::engine::Engine;
 use podsweep::ident::Ident;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
+use podsweep::seen::{Head, SeenPods};
 use podsweep::tracker::Tracker;
 
 /// Counts live heap bytes (allocated - freed) and their peak.
@@ -418,7 +421,7 @@ fn child(n: usize) -> Result<(), String> {
 
     // Where the bytes go: the tracker alone, then a model of the sweeper's timer structures.
     eprintln!("[memory] {n} pods: breakdown");
-    let (tracker_bytes, timer_bytes) = breakdown(n, terminated_at, rt);
+    let (tracker_bytes, timer_bytes, seen_bytes) = breakdown(n, terminated_at, rt);
 
     let strings = {
         let p = pod(0, terminated_at);
@@ -447,6 +450,7 @@ fn child(n: usize) -> Result<(), String> {
         "breakdown_bytes_per_pod": {
             "tracker_records_and_index": per_pod(tracker_bytes, n),
             "tracker_timers": per_pod(timer_bytes, n),
+            "seen_table": per_pod(seen_bytes, n),
             "strings_in_tracker": strings.0,
             "strings_as_separate_allocations_were": strings.1,
         },
@@ -464,9 +468,14 @@ fn child(n: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Heap bytes of a standalone [`Tracker`] holding the N pods (records and UID index), and of
-/// arming every pod's timer in it.
-fn breakdown(n: usize, terminated_at: SystemTime, rt: &tokio::runtime::Runtime) -> (isize, isize) {
+/// Heap bytes of a standalone [`Tracker`] holding the N pods (records and UID index), of arming
+/// every pod's timer in it, and of the engine's table of what each pod's scope task was told
+/// ([`SeenPods`], which answers repeated events on the informer's thread).
+fn breakdown(
+    n: usize,
+    terminated_at: SystemTime,
+    rt: &tokio::runtime::Runtime,
+) -> (isize, isize, isize) {
     let _enter = rt.enter();
     let mut uids: Vec<Ident> = Vec::with_capacity(n);
     let before = live() as isize;
@@ -489,5 +498,14 @@ fn breakdown(n: usize, terminated_at: SystemTime, rt: &tokio::runtime::Runtime) 
     }
     let timer_bytes = live() as isize - before;
     drop((tracker, uids));
-    (tracker_bytes, timer_bytes)
+
+    let before = live() as isize;
+    let seen = SeenPods::default();
+    for i in 0..n {
+        let obs = pod(i as u64, terminated_at);
+        seen.admit(&Head::of(&obs), now_wall);
+    }
+    let seen_bytes = live() as isize - before;
+    drop(seen);
+    (tracker_bytes, timer_bytes, seen_bytes)
 }

@@ -14,8 +14,11 @@
 //!   a context or namespace the scope names is checked (an absent one is allowed). The first event
 //!   of a refused scope gets the error and one WARN is logged; later events of that scope are
 //!   ignored quietly.
-//! * Every event of a Kyuubi driver pod reaches its scope's task, so a pod observed running again
-//!   is disarmed there.
+//! * Every event of a Kyuubi driver pod that could change what its scope's task knows reaches the
+//!   task, in order: a pod observed running again is disarmed there. An event that says again
+//!   what the task was last told of that pod (still running, still terminated with no new
+//!   termination time) is answered on the caller's thread ([`crate::seen`]), with the time a
+//!   running pod was last seen handed on with its terminal event; `observed_known` counts them.
 //! * [`Engine::close`] deletes nothing; it stops every scope task and releases leadership.
 //! * In self-watch mode (`...cleanupTerminatedDriverPod.watch.enabled`), every configured scope
 //!   the allow lists accept campaigns at once, its leader watches its pods
@@ -25,7 +28,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use once_cell::sync::OnceCell;
 use thiserror::Error;
@@ -41,16 +44,26 @@ use crate::election::{Backend, ElectionHandle, Leadership};
 use crate::kube_client;
 use crate::model::Observation;
 use crate::scope::Scope;
+use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
+use crate::tracker::Uid;
 use crate::watch::{self, Watches};
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
 
-/// Scopes resolved by [`Engine::scope_id`]: id `i` is `scopes[i - 1]`.
+/// Scopes resolved by [`Engine::scope_id`]: id `i` is `slots[i - 1]`.
 #[derive(Default)]
 struct Interned {
     ids: HashMap<Scope, u32>,
-    scopes: Vec<Scope>,
+    slots: Vec<Arc<Slot>>,
+}
+
+/// A scope known to the engine, for the engine's whole life.
+struct Slot {
+    scope: Scope,
+    /// What the scope's current task was last told about each pod; cleared when the task is
+    /// released.
+    seen: SeenPods,
 }
 
 #[derive(Debug, Error)]
@@ -217,7 +230,7 @@ impl Engine {
                 refused.insert(scope.clone(), e.to_string());
                 continue;
             }
-            let h = self.start_scope(scope.clone());
+            let h = self.start_scope(scope.clone(), None);
             let _enter = self.rt.enter();
             watches.start(scope, &h);
             scopes.insert(scope.clone(), h);
@@ -234,7 +247,8 @@ impl Engine {
         if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
             return Ok(());
         }
-        self.deliver(&scope, obs)
+        let slot = self.slot(self.scope_id(scope)?)?;
+        self.deliver(&slot, obs)
     }
 
     /// A scope's id for [`Engine::observe_in`], the same for the engine's whole life (ids start
@@ -263,13 +277,63 @@ impl Engine {
         if let Some(id) = interned.ids.get(&scope) {
             return Ok(*id);
         }
-        let id = u32::try_from(interned.scopes.len() + 1).map_err(|_| EngineError::Argument {
+        let id = u32::try_from(interned.slots.len() + 1).map_err(|_| EngineError::Argument {
             name: "scope",
             message: "too many distinct scopes".into(),
         })?;
-        interned.scopes.push(scope.clone());
+        interned.slots.push(Arc::new(Slot {
+            scope: scope.clone(),
+            seen: SeenPods::default(),
+        }));
         interned.ids.insert(scope, id);
         Ok(id)
+    }
+
+    /// The slot of a scope id.
+    fn slot(&self, scope_id: u32) -> Result<Arc<Slot>, EngineError> {
+        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
+        scope_id
+            .checked_sub(1)
+            .and_then(|i| interned.slots.get(i as usize))
+            .cloned()
+            .ok_or_else(|| EngineError::Argument {
+                name: "scope",
+                message: format!("{scope_id} is not a scope id of this engine"),
+            })
+    }
+
+    /// The slot of a scope, if it was ever observed.
+    fn seen_of(&self, scope: &Scope) -> Option<Arc<Slot>> {
+        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
+        let id = *interned.ids.get(scope)?;
+        interned.slots.get(id.checked_sub(1)? as usize).cloned()
+    }
+
+    /// Whether the scope's task already knows what an event of a Kyuubi driver pod says, so the
+    /// caller can drop it without reading its strings ([`crate::seen`]): the JVM's hot path asks
+    /// this before [`Engine::observe_in`]. Answers only from what was handed on before, so an
+    /// event it does not know goes through `observe_in`, which decides again.
+    pub fn known(&self, scope_id: u32, head: &Head) -> Result<bool, EngineError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        if self.watches.is_some() {
+            return Err(EngineError::WatchMode);
+        }
+        if head.uid.is_none() || head.cleaned || self.settings.kind == CleanupKind::None {
+            return Ok(false);
+        }
+        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = scope_id
+            .checked_sub(1)
+            .and_then(|i| interned.slots.get(i as usize))
+        else {
+            return Ok(false);
+        };
+        // No lock on the scope table: a table the release of the task is clearing can only
+        // answer for a pod the released task had settled (an idle task tracks nothing), whose
+        // later events the next task would have to look up against the API server's 404.
+        Ok(slot.seen.known(head, || self.clock.now()))
     }
 
     /// [`Engine::observe`] for a scope resolved once by [`Engine::scope_id`]: the JVM's hot path.
@@ -282,15 +346,8 @@ impl Engine {
         if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
             return Ok(());
         }
-        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        let scope = scope_id
-            .checked_sub(1)
-            .and_then(|i| interned.scopes.get(i as usize))
-            .ok_or_else(|| EngineError::Argument {
-                name: "scope",
-                message: format!("{scope_id} is not a scope id of this engine"),
-            })?;
-        self.deliver(scope, obs)
+        let slot = self.slot(scope_id)?;
+        self.deliver(&slot, obs)
     }
 
     fn check_observation(&self, obs: &Observation, check_name: bool) -> Result<(), EngineError> {
@@ -317,13 +374,15 @@ impl Engine {
         Ok(())
     }
 
-    /// Hands a checked observation of a Kyuubi driver pod to its scope's task, starting the task
-    /// on the scope's first event.
-    fn deliver(&self, scope: &Scope, obs: Observation) -> Result<(), EngineError> {
+    /// Hands a checked observation of a Kyuubi driver pod to its scope's task (unless the task
+    /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
+    fn deliver(&self, slot: &Arc<Slot>, obs: Observation) -> Result<(), EngineError> {
+        let scope = &slot.scope;
+        let head = Head::of(&obs);
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(scope) {
-                let _ = h.tx.send(Command::Observe(obs));
+                send(h, &slot.seen, &head, obs, self.clock.now());
                 return Ok(());
             }
         }
@@ -357,19 +416,21 @@ impl Engine {
         }
         let h = scopes
             .entry(scope.clone())
-            .or_insert_with(|| self.start_scope(scope.clone()));
-        let _ = h.tx.send(Command::Observe(obs));
+            .or_insert_with(|| self.start_scope(scope.clone(), Some(slot)));
+        send(h, &slot.seen, &head, obs, self.clock.now());
         Ok(())
     }
 
-    fn start_scope(&self, scope: Scope) -> ScopeHandle {
+    /// Starts a scope's task; `slot` is cleared when the task is released (self-watch mode's
+    /// scopes have none and are never released).
+    fn start_scope(&self, scope: Scope, slot: Option<&Arc<Slot>>) -> ScopeHandle {
         let _enter = self.rt.enter();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let election = ElectionHandle::start(&self.backend, scope.clone(), self.server_id.clone());
-        let release: Release = match self.watches {
+        let release: Release = match (&self.watches, slot) {
             // A configured scope is never released: no event would bring it back.
-            Some(_) => Box::new(|_| false),
-            None => release_from(&self.scopes, scope.clone(), id),
+            (Some(_), _) | (None, None) => Box::new(|_| false),
+            (None, Some(slot)) => release_from(&self.scopes, slot.clone(), id),
         };
         sweeper::spawn(
             scope,
@@ -449,6 +510,12 @@ impl Engine {
                     .duration_since(st.since)
                     .as_millis() as u64)
                     .into();
+                // Events the task already knew were answered on the caller's thread
+                // ([`crate::seen`]): `observed` counts them too, `observed_known` them alone.
+                let known = self.seen_of(scope).map_or(0, |s| s.seen.answered());
+                let reached = v["observed"].as_u64().unwrap_or(0);
+                v["observed"] = (reached + known).into();
+                v["observed_known"] = known.into();
                 v
             }
         };
@@ -495,6 +562,15 @@ impl Engine {
             .unwrap_or_default();
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         let handles: Vec<ScopeHandle> = scopes.drain().map(|(_, h)| h).collect();
+        // Their tasks are gone: what they were told is of no use any more.
+        for slot in &self
+            .interned
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .slots
+        {
+            slot.seen.clear();
+        }
         for h in &handles {
             let _ = h.tx.send(Command::Shutdown);
         }
@@ -525,7 +601,7 @@ impl Drop for Engine {
 
 /// How an idle scope task removes itself from the table: under the write lock, only if it is
 /// still this task's entry and no event is waiting in its queue.
-fn release_from(scopes: &ScopeTable, scope: Scope, id: u64) -> Release {
+fn release_from(scopes: &ScopeTable, slot: Arc<Slot>, id: u64) -> Release {
     let table = Arc::downgrade(scopes);
     Box::new(move |rx| {
         let Some(table) = table.upgrade() else {
@@ -535,11 +611,27 @@ fn release_from(scopes: &ScopeTable, scope: Scope, id: u64) -> Release {
         if !rx.is_empty() {
             return false;
         }
-        if scopes.get(&scope).is_some_and(|h| h.id == id) {
-            scopes.remove(&scope);
+        if scopes.get(&slot.scope).is_some_and(|h| h.id == id) {
+            scopes.remove(&slot.scope);
+            // The next task starts from nothing: it must be told everything again.
+            slot.seen.clear();
         }
         true
     })
+}
+
+/// Hands an event to a scope's task unless the task knows it already; a terminal event of a pod
+/// seen running since its last event handed on is preceded by the time it was last seen so.
+fn send(h: &ScopeHandle, seen: &SeenPods, head: &Head, obs: Observation, now: SystemTime) {
+    match seen.admit(head, now) {
+        Admit::Known => {}
+        Admit::Forward { seen_running } => {
+            if let Some(at) = seen_running {
+                let _ = h.tx.send(Command::SeenRunning(Uid::new(&obs.pod_uid), at));
+            }
+            let _ = h.tx.send(Command::Observe(obs));
+        }
+    }
 }
 
 /// Kubernetes deleters from Kyuubi's keys, one kube-rs client per scope.

@@ -16,35 +16,41 @@ pub enum Ident {
     Text(Arc<str>),
 }
 
-/// Where the dashes of a canonical UUID are.
-const DASHES: [usize; 4] = [8, 13, 18, 23];
+/// Where each byte's two hex digits start in a canonical UUID (the dashes are at 8, 13, 18, 23).
+const DIGITS: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
 
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// Each byte's value as a lower-case hex digit, `0xff` for a byte that is not one.
+static HEX: [u8; 256] = {
+    let mut t = [0xff_u8; 256];
+    let mut i = 0;
+    while i < 16 {
+        t[b"0123456789abcdef"[i] as usize] = i as u8;
+        i += 1;
     }
-}
+    t
+};
 
-fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let b = s.as_bytes();
-    if b.len() != 36 || DASHES.iter().any(|&i| b[i] != b'-') {
+/// The 16 bytes of a canonical UUID (`8-4-4-4-12` lower-case hex digits), `None` for anything
+/// else. On the JVM's hot path: one table lookup per digit, no branch per digit.
+pub fn uuid_bytes(b: &[u8]) -> Option<[u8; 16]> {
+    let b: &[u8; 36] = b.try_into().ok()?;
+    if b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
         return None;
     }
     let mut out = [0u8; 16];
-    let mut digits = b.iter().enumerate().filter(|(i, _)| !DASHES.contains(i));
-    for byte in &mut out {
-        let (_, hi) = digits.next()?;
-        let (_, lo) = digits.next()?;
-        *byte = (hex(*hi)? << 4) | hex(*lo)?;
+    // Any byte that is not a digit sets high bits here.
+    let mut bad = 0u8;
+    for (o, &at) in out.iter_mut().zip(&DIGITS) {
+        let (hi, lo) = (HEX[usize::from(b[at])], HEX[usize::from(b[at + 1])]);
+        bad |= hi | lo;
+        *o = (hi << 4) | (lo & 0x0f);
     }
-    Some(out)
+    (bad & 0xf0 == 0).then_some(out)
 }
 
 impl Ident {
     pub fn new(s: &str) -> Self {
-        match parse_uuid(s) {
+        match uuid_bytes(s.as_bytes()) {
             Some(u) => Ident::Uuid(u),
             None => Ident::Text(Arc::from(s)),
         }
@@ -121,6 +127,31 @@ mod tests {
         assert!(matches!(Ident::new(cases[0]), Ident::Uuid(_)));
         assert!(matches!(Ident::new(cases[3]), Ident::Text(_)));
         assert_ne!(Ident::new(cases[0]), Ident::new(cases[3]));
+    }
+
+    #[test]
+    fn only_canonical_uuids_parse_whatever_byte_is_changed() {
+        let good = *b"0f8fad5b-d9cb-469f-a165-70867728950e";
+        let want = uuid_bytes(&good).expect("canonical");
+        assert_eq!(want[0], 0x0f);
+        assert_eq!(want[15], 0x0e);
+        for at in 0..good.len() {
+            for byte in 0..=255u8 {
+                let mut b = good;
+                b[at] = byte;
+                let dash = matches!(at, 8 | 13 | 18 | 23);
+                let ok = if dash {
+                    byte == b'-'
+                } else {
+                    byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte)
+                };
+                assert_eq!(uuid_bytes(&b).is_some(), ok, "byte {byte:#x} at {at}");
+                if ok {
+                    let text = std::str::from_utf8(&b).expect("ASCII");
+                    assert_eq!(Ident::new(text).to_string(), text);
+                }
+            }
+        }
     }
 
     #[test]

@@ -45,6 +45,7 @@ pub mod model;
 pub mod names;
 pub mod schedule;
 pub mod scope;
+pub mod seen;
 pub mod sweeper;
 pub mod tracker;
 pub mod watch;

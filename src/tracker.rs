@@ -314,6 +314,15 @@ impl Tracker {
         Verdict::Arm
     }
 
+    /// A driver pod was seen in a non-terminal state at `at` by events answered on the caller's
+    /// thread ([`crate::seen`]): its time last seen running moves up to `at`, as if they had come
+    /// here. Only a pod already remembered as running is concerned.
+    pub fn saw_running(&mut self, uid: &Uid, at: SystemTime) {
+        if let Some(t) = self.running.get_mut(uid) {
+            *t = (*t).max(at);
+        }
+    }
+
     /// Marks a UID done after a DELETE settled it (accepted, absent, or replaced).
     pub fn settle(&mut self, uid: &Uid, now: Instant) -> Option<Record> {
         self.tombstone(uid.clone(), now);

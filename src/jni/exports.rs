@@ -12,8 +12,10 @@ use crate::clock::from_epoch_millis;
 use crate::config::Settings;
 use crate::election::Leadership;
 use crate::engine::{runtime, Engine};
+use crate::ident::uuid_bytes;
 use crate::model::{AppState, EventKind, Observation};
 use crate::scope::Scope;
+use crate::seen::Head;
 
 /// How long `close` waits for leadership to be released.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,11 +36,39 @@ fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, F
     Ok(Some(js.into()))
 }
 
-/// [`opt_string`] without the JVM's buffer: the string is copied into a stack buffer with
-/// `GetStringUTFRegion` (no allocation on the JVM's side) and taken as it is when it is ASCII,
-/// which every Kubernetes name, UID and Kyuubi tag is; anything else takes [`opt_string`]'s path.
-fn fast_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
-    const MAX: usize = 128;
+/// The longest string [`read_text`] copies onto the stack.
+const INLINE_MAX: usize = 128;
+
+/// A stack buffer for [`read_text`]: room for the worst case of `GetStringUTFRegion` (three
+/// bytes per UTF-16 unit) and the NUL HotSpot appends.
+type InlineBuf = [u8; 3 * INLINE_MAX + 1];
+
+/// A Java string read by [`read_text`]: in the caller's buffer when it is short and ASCII.
+enum Text<'b> {
+    Ascii(&'b [u8]),
+    Owned(String),
+}
+
+impl Text<'_> {
+    fn into_string(self) -> String {
+        match self {
+            // ASCII is UTF-8, so nothing is replaced.
+            Text::Ascii(b) => String::from_utf8_lossy(b).into_owned(),
+            Text::Owned(s) => s,
+        }
+    }
+}
+
+/// [`opt_string`] without the JVM's buffer or an allocation: the string is copied into `buf` with
+/// `GetStringUTFRegion` and taken as it is when it is ASCII, which every Kubernetes name, UID and
+/// Kyuubi tag is; anything else takes [`opt_string`]'s path.
+fn read_text<'b>(
+    env: &mut JNIEnv<'_>,
+    s: &JString<'_>,
+    buf: &'b mut InlineBuf,
+) -> Result<Option<Text<'b>>, Failure> {
+    const MAX: usize = INLINE_MAX;
+    let owned = |env: &mut JNIEnv<'_>| Ok(opt_string(env, s)?.map(Text::Owned));
     if s.is_null() {
         return Ok(None);
     }
@@ -49,36 +79,36 @@ fn fast_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, 
     let len = unsafe {
         match (**raw).GetStringLength {
             Some(f) => f(raw, s.as_raw()),
-            None => return opt_string(env, s),
+            None => return owned(env),
         }
     };
     let Ok(n) = usize::try_from(len) else {
-        return opt_string(env, s);
+        return owned(env);
     };
     if n > MAX {
-        return opt_string(env, s);
+        return owned(env);
     }
-    // Room for the worst case (three bytes per UTF-16 unit) and the NUL HotSpot appends.
-    let mut buf = [0u8; 3 * MAX + 1];
     // SAFETY: as above; the region [0, len) lies within the string (len is its length), and
     // `buf` holds the most modified UTF-8 bytes `len` units can take plus a terminating NUL.
     unsafe {
         match (**raw).GetStringUTFRegion {
             Some(f) => f(raw, s.as_raw(), 0, len, buf.as_mut_ptr().cast()),
-            None => return opt_string(env, s),
+            None => return owned(env),
         }
     }
-    if env.exception_check()? {
-        return Err(Failure::JavaPending);
-    }
+    // No exception to check: the region is the whole string, the one error the call has.
     // A unit takes one byte (and that byte is ASCII) exactly when it is in 1..=0x7F: if the first
     // `n` bytes are all ASCII, they are the whole string.
-    let head = &buf[..n];
-    if head.iter().all(|b| (1..0x80).contains(b)) {
-        // ASCII is UTF-8.
-        return Ok(Some(String::from_utf8_lossy(head).into_owned()));
+    if buf[..n].iter().all(|b| (1..0x80).contains(b)) {
+        return Ok(Some(Text::Ascii(&buf[..n])));
     }
-    opt_string(env, s)
+    owned(env)
+}
+
+/// [`read_text`] as an owned string.
+fn fast_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
+    let mut buf = [0u8; 3 * INLINE_MAX + 1];
+    Ok(read_text(env, s, &mut buf)?.map(Text::into_string))
 }
 
 fn req_string(env: &mut JNIEnv<'_>, s: &JString<'_>, name: &str) -> Result<String, Failure> {
@@ -229,6 +259,9 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
     unique_tag: JString<'l>,
     pod_name: JString<'l>,
     pod_uid: JString<'l>,
+    uid_is_uuid: jboolean,
+    uid_high: jlong,
+    uid_low: jlong,
     has_app_selector: jboolean,
     terminated_at_millis: jlong,
     deletion_timestamp_set: jboolean,
@@ -244,7 +277,31 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
         let scope = u32::try_from(scope_id)
             .map_err(|_| Failure::IllegalArgument(format!("scope id {scope_id} is not valid")))?;
         let deletion_requested = deletion_timestamp_set != JNI_FALSE;
-        let full = state.is_terminated() || kind == EventKind::Delete || deletion_requested;
+        let cleaned = kind == EventKind::Delete || deletion_requested;
+        let full = state.is_terminated() || cleaned;
+        if pod_uid.is_null() {
+            return Err(Failure::IllegalArgument(
+                "podUid must not be null".to_owned(),
+            ));
+        }
+        // Most events say again what the scope's task knows (a pod still running, still failed):
+        // they are answered from the UID's bits alone, before any string is read.
+        let uid = (uid_is_uuid != JNI_FALSE).then(|| {
+            let mut b = [0u8; 16];
+            b[..8].copy_from_slice(&uid_high.to_be_bytes());
+            b[8..].copy_from_slice(&uid_low.to_be_bytes());
+            b
+        });
+        let head = Head {
+            uid,
+            terminal: state.is_terminated(),
+            cleaned,
+            timed: terminated_at_millis > 0,
+        };
+        let driver = !unique_tag.is_null() && has_app_selector != JNI_FALSE;
+        if driver && engine.known(scope, &head)? {
+            return Ok(());
+        }
         let pod_name = match fast_string(env, &pod_name)? {
             Some(n) => n,
             None if full => {
@@ -254,8 +311,12 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
             }
             None => String::new(),
         };
-        let pod_uid = fast_string(env, &pod_uid)?
-            .ok_or_else(|| Failure::IllegalArgument("podUid must not be null".to_owned()))?;
+        let pod_uid = fast_string(env, &pod_uid)?.unwrap_or_default();
+        if uid.is_some() && uid != uuid_bytes(pod_uid.as_bytes()) {
+            return Err(Failure::IllegalArgument(format!(
+                "podUid {pod_uid:?} is not the UUID whose bits were passed with it"
+            )));
+        }
         let obs = Observation {
             kind,
             tag: fast_string(env, &unique_tag)?.unwrap_or_default(),

@@ -105,6 +105,9 @@ pub enum Command {
     /// Carried by value: the channel stores it in its blocks, so an event costs no allocation of
     /// its own on the sending (informer) thread.
     Observe(Observation),
+    /// The pod was seen running until this time by events answered on the caller's thread
+    /// ([`crate::seen`]); sent just before its terminal event.
+    SeenRunning(Uid, std::time::SystemTime),
     /// Self-watch mode: a fresh list of the scope's driver pods ended; these UIDs were in it.
     Listed(Box<std::collections::HashSet<Uid>>),
     /// Self-watch mode: this server stopped watching the scope's pods.
@@ -271,6 +274,7 @@ impl Sweeper {
         self.commands_taken = self.commands_taken.wrapping_add(1);
         match cmd {
             Command::Observe(obs) => self.on_observe(&obs),
+            Command::SeenRunning(uid, at) => self.tracker.saw_running(&uid, at),
             Command::Listed(uids) => self.on_listed(&uids),
             Command::Unwatched => self.on_unwatched(),
             Command::Shutdown => return true,

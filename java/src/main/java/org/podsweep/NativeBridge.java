@@ -41,6 +41,9 @@ final class NativeBridge {
    * the state in Kyuubi's {@code ApplicationState} declaration (PENDING = 0 ... UNKNOWN = 7), and
    * {@code podName} only needed (non-null) when the event can lead to a DELETE or ends one: a
    * terminal state (FINISHED, KILLED, FAILED, NOT_FOUND), a DELETE event, or a deletion timestamp.
+   * When {@code uidIsUuid}, {@code podUid} is a canonical UUID whose bits are {@code uidHigh} and
+   * {@code uidLow} ({@link java.util.UUID}'s), and the native side reads the string only if it
+   * hands the event on.
    */
   static native void observeIn(
       long handle,
@@ -50,6 +53,9 @@ final class NativeBridge {
       String uniqueTag,
       String podName,
       String podUid,
+      boolean uidIsUuid,
+      long uidHigh,
+      long uidLow,
       boolean hasAppSelector,
       long terminatedAtMillis,
       boolean deletionTimestampSet);

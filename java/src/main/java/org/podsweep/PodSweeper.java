@@ -3,6 +3,7 @@ package org.podsweep;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.locks.StampedLock;
 
@@ -139,6 +140,10 @@ public final class PodSweeper implements AutoCloseable {
     // side (where it is checked to be a Kubernetes name): a terminal state, a DELETE event, a
     // deletion timestamp. A running pod's is never read, so it is not converted.
     boolean full = event == PodEvent.DELETE || deletionTimestampSet || terminal(state);
+    // A Kubernetes UID crosses as its 128 bits: the native side answers most events (a pod still
+    // running, still failed) from them alone, without reading a string.
+    boolean uuid = isCanonicalUuid(podUid);
+    UUID bits = uuid ? UUID.fromString(podUid) : null;
     long stamp = lock.readLock();
     try {
       long h = open();
@@ -147,9 +152,13 @@ public final class PodSweeper implements AutoCloseable {
           scopeId(h, context, namespace),
           event.code(),
           state,
-          uniqueTag,
+          // An empty tag is no tag: the native side tells a driver pod by a non-null one.
+          uniqueTag == null || uniqueTag.isEmpty() ? null : uniqueTag,
           full ? podName : null,
           podUid,
+          uuid,
+          uuid ? bits.getMostSignificantBits() : 0L,
+          uuid ? bits.getLeastSignificantBits() : 0L,
           hasAppSelector,
           terminatedAtMillis,
           deletionTimestampSet);
@@ -171,6 +180,27 @@ public final class PodSweeper implements AutoCloseable {
     throw new IllegalArgumentException(
         "appState must be a Kyuubi ApplicationState name (PENDING, RUNNING, FINISHED, KILLED,"
             + " FAILED, ZOMBIE, NOT_FOUND, UNKNOWN), got \"" + appState + "\"");
+  }
+
+  /**
+   * Whether {@code s} is a UUID in canonical form ({@code 8-4-4-4-12} lower-case hex digits, as
+   * Kubernetes writes UIDs), the one form {@link UUID#fromString} gives back exactly through
+   * {@link UUID#toString}: the native side may then rebuild the string from the bits.
+   */
+  static boolean isCanonicalUuid(String s) {
+    if (s == null || s.length() != 36) {
+      return false;
+    }
+    for (int i = 0; i < 36; i++) {
+      char c = s.charAt(i);
+      boolean ok = i == 8 || i == 13 || i == 18 || i == 23
+          ? c == '-'
+          : (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+      if (!ok) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /** Kyuubi's {@code isTerminated}: FINISHED, KILLED, FAILED, NOT_FOUND. */

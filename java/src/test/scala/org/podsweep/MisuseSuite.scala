@@ -103,29 +103,38 @@ class MisuseSuite extends AnyFunSuite with Eventually {
       assertNames(intercept[IllegalArgumentException](NativeBridge.scopeId(handle, null, "Bad/NS")), "namespace")
       Seq(-1, 3).foreach { code =>
         assertNames(intercept[IllegalArgumentException](
-          NativeBridge.observeIn(handle, scope, code, 1, "t", null, "uid", true, 0L, false)), "event")
+          NativeBridge.observeIn(handle, scope, code, 1, "t", null, "uid", false, 0L, 0L, true, 0L, false)), "event")
       }
       Seq(-1, 8).foreach { code =>
         assertNames(intercept[IllegalArgumentException](
-          NativeBridge.observeIn(handle, scope, 1, code, "t", null, "uid", true, 0L, false)), "appState")
+          NativeBridge.observeIn(handle, scope, 1, code, "t", null, "uid", false, 0L, 0L, true, 0L, false)), "appState")
       }
       Seq(0L, 999L, -1L).foreach { bad =>
         assertNames(intercept[IllegalArgumentException](
-          NativeBridge.observeIn(handle, bad, 1, 1, "t", null, "uid", true, 0L, false)), "scope")
+          NativeBridge.observeIn(handle, bad, 1, 1, "t", null, "uid", false, 0L, 0L, true, 0L, false)), "scope")
       }
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, null, true, 0L, false)), "podUid")
+        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, null, false, 0L, 0L, true, 0L, false)), "podUid")
       // A running pod's name is not read; a terminated pod's is required and checked.
-      NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-r", true, 0L, false)
+      NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-r", false, 0L, 0L, true, 0L, false)
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 2, "t", null, "uid-f", true, 0L, false)), "podName")
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", null, "uid-f", false, 0L, 0L, true, 0L, false)), "podName")
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 2, "t", "../p", "uid-f", true, 0L, false)), "podName")
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", "../p", "uid-f", false, 0L, 0L, true, 0L, false)), "podName")
       // A DELETE event or a deletion timestamp ends a record: the name is required too.
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 2, 1, "t", null, "uid-d", true, 0L, false)), "podName")
+        NativeBridge.observeIn(handle, scope, 2, 1, "t", null, "uid-d", false, 0L, 0L, true, 0L, false)), "podName")
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-d", true, 0L, true)), "podName")
+        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-d", false, 0L, 0L, true, 0L, true)), "podName")
+      // A UID given with its bits: the bits must be the string's (checked when the event is read).
+      val uid = java.util.UUID.fromString("0f8fad5b-d9cb-469f-a165-70867728950e")
+      assert(PodSweeper.isCanonicalUuid(uid.toString) && !PodSweeper.isCanonicalUuid(uid.toString.toUpperCase))
+      assert(!PodSweeper.isCanonicalUuid("+f8fad5b-d9cb-469f-a165-70867728950e"))
+      NativeBridge.observeIn(handle, scope, 1, 2, "t", "p", uid.toString, true,
+        uid.getMostSignificantBits, uid.getLeastSignificantBits, true, 0L, false)
+      assertNames(intercept[IllegalArgumentException](
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", "q", "7c9e6679-7425-40de-944b-e07fc1f90ae7", true,
+          uid.getMostSignificantBits, uid.getLeastSignificantBits, true, 0L, false)), "podUid")
     } finally h.close()
   }
 

@@ -93,6 +93,8 @@ public class ObserveJmh {
     private ServerSocket socket;
     private final AtomicInteger connections = new AtomicInteger();
     private long calls;
+    /** Laps over the facts so far ({@link #podsweepObserveChanging} alternates per lap). */
+    int laps;
 
     @Setup(Level.Trial)
     public void open() throws IOException {
@@ -130,7 +132,8 @@ public class ObserveJmh {
       if (path != null && !path.isEmpty()) {
         try (Writer w = new OutputStreamWriter(new FileOutputStream(path, true), StandardCharsets.UTF_8)) {
           w.write("connections=" + connections.get() + " deletes_sent=" + status.deletesSent()
-              + " tracked=" + status.tracked() + " due=" + status.due() + " observed=" + calls + "\n");
+              + " tracked=" + status.tracked() + " due=" + status.due() + " observed=" + calls
+              + " answered=" + status.number("observed_known") + "\n");
         }
       }
     }
@@ -173,6 +176,24 @@ public class ObserveJmh {
     s.calls++;
     s.sweeper.observe(null, NAMESPACE, PodEvent.UPDATE, f.tags[i], f.names[i], f.uids[i], "RUNNING",
         true, 0L, false);
+  }
+
+  /**
+   * Every event changes what the scope's task knows, so every one is handed on to it: the pods
+   * alternate lap by lap between RUNNING and FAILED (armed, then disarmed). The cost of an event
+   * the native side cannot answer on the caller's thread, as a pod's first events are.
+   */
+  @Benchmark
+  public void podsweepObserveChanging(Facts f, Sweeper s) {
+    int i = s.next;
+    s.next = (i + 1) & (FACTS - 1);
+    if (s.next == 0) {
+      s.laps++;
+    }
+    s.calls++;
+    boolean failed = (s.laps & 1) == 1;
+    s.sweeper.observe(null, NAMESPACE, PodEvent.UPDATE, f.tags[i], f.names[i], f.uids[i],
+        failed ? "FAILED" : "RUNNING", true, failed ? f.terminatedAt[i] : 0L, false);
   }
 
   @Benchmark

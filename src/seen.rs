@@ -1,0 +1,341 @@
+//! What a scope's task was last told about each pod, so that an event that would change nothing
+//! there is answered on the caller's (informer) thread instead of being queued.
+//!
+//! An informer sends a pod's every status change, and Kyuubi's resyncs repeat them: most events
+//! of a Kyuubi driver pod say again what its scope's task already knows ("still running", "still
+//! FAILED"). [`SeenPods`] keeps, per pod UID, the kind of the last event handed on:
+//!
+//! * **running** (any non-terminal state): a later non-terminal event is answered here; only the
+//!   time it was seen is kept, and handed on ([`Admit::Forward::seen_running`]) with the pod's
+//!   terminal event, so the task's clock-skew bound uses the last time the pod was seen running,
+//!   as if every event had reached it;
+//! * **terminal**: a later terminal event is answered here unless it brings the termination time
+//!   the first one lacked (the tracker keeps the first terminal state, and only a missing time is
+//!   filled in later);
+//! * a DELETE event or a deletion timestamp removes the UID and is always handed on.
+//!
+//! Anything else is handed on: the first event of a pod, a non-terminal event after a terminal one
+//! (the task disarms the pod), a terminal event after non-terminal ones. So a dropped event is one
+//! the tracker would have ignored; the table never decides what is deleted.
+//!
+//! Only canonical UUID UIDs (every Kubernetes UID) are kept; other UIDs are always handed on. The
+//! table of a scope lives as long as its task: the engine clears it when the task is released.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hashbrown::HashMap;
+
+use crate::model::Observation;
+
+/// Shards of the table: informer threads of one scope rarely contend, but a scope may be fed by
+/// several.
+const SHARDS: usize = 8;
+
+/// A pod's last event handed on, in one word (a table entry is its 16-byte UID and this):
+/// terminal ([`TERMINAL`], with [`TIMED`] when a termination time was handed on), or running,
+/// with the last time it was seen so in the low 48 bits (ms since the epoch) and [`SEEN_SINCE`]
+/// when that is later than the event handed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Last(u64);
+
+const TERMINAL: u64 = 1 << 63;
+const TIMED: u64 = 1 << 62;
+const SEEN_SINCE: u64 = 1 << 61;
+const MS: u64 = (1 << 48) - 1;
+
+impl Last {
+    fn running(ms: u64) -> Self {
+        Last(ms & MS)
+    }
+
+    fn terminal(timed: bool) -> Self {
+        Last(TERMINAL | if timed { TIMED } else { 0 })
+    }
+
+    fn is_terminal(self) -> bool {
+        self.0 & TERMINAL != 0
+    }
+
+    /// A terminal event with (`timed`) or without a termination time says nothing new.
+    fn knows_terminal(self, timed: bool) -> bool {
+        self.is_terminal() && (self.0 & TIMED != 0 || !timed)
+    }
+
+    /// Running, seen so again at `ms`.
+    fn seen_again(&mut self, ms: u64) {
+        let ms = (self.0 & MS).max(ms & MS);
+        self.0 = ms | SEEN_SINCE;
+    }
+
+    /// When last seen running, if later than the event handed on.
+    fn seen_since(self) -> Option<SystemTime> {
+        (!self.is_terminal() && self.0 & SEEN_SINCE != 0)
+            .then(|| UNIX_EPOCH + Duration::from_millis(self.0 & MS))
+    }
+}
+
+/// What to do with an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// The task knows it already: drop the event.
+    Known,
+    /// Hand it on; for a terminal event of a pod seen running since its last event handed on,
+    /// first tell the task when it was last seen running.
+    Forward { seen_running: Option<SystemTime> },
+}
+
+/// The facts of an event [`SeenPods`] decides on: all the JVM's hot path reads before it knows
+/// whether it needs the pod's name and tag.
+#[derive(Clone, Copy, Debug)]
+pub struct Head {
+    /// The UID, when it is a canonical UUID ([`crate::ident::uuid_bytes`]).
+    pub uid: Option<[u8; 16]>,
+    pub terminal: bool,
+    /// A DELETE event or a deletion timestamp.
+    pub cleaned: bool,
+    pub timed: bool,
+}
+
+impl Head {
+    pub fn of(obs: &Observation) -> Self {
+        Head {
+            uid: crate::ident::uuid_bytes(obs.pod_uid.as_bytes()),
+            terminal: obs.state.is_terminated(),
+            cleaned: obs.is_cleaned(),
+            timed: obs.terminated_at.is_some(),
+        }
+    }
+}
+
+type Table = HashMap<[u8; 16], Last, foldhash::fast::RandomState>;
+
+/// See the module documentation.
+pub struct SeenPods {
+    shards: [Mutex<Table>; SHARDS],
+    /// Events answered here since the table was last cleared.
+    answered: AtomicU64,
+}
+
+impl Default for SeenPods {
+    fn default() -> Self {
+        SeenPods {
+            shards: std::array::from_fn(|_| Mutex::default()),
+            answered: AtomicU64::new(0),
+        }
+    }
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl SeenPods {
+    fn shard(&self, uid: &[u8; 16]) -> MutexGuard<'_, Table> {
+        // Any spread will do: the table hashes the whole UID itself.
+        let i = usize::from(uid[0] ^ uid[15]) % SHARDS;
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the task already knows what this event says (then it is counted as answered, and
+    /// a running pod's time seen is kept). Changes nothing else: an event that is not known goes
+    /// through [`SeenPods::admit`].
+    pub fn known(&self, head: &Head, now: impl FnOnce() -> SystemTime) -> bool {
+        let Some(uid) = head.uid else {
+            return false;
+        };
+        if head.cleaned {
+            return false;
+        }
+        let mut shard = self.shard(&uid);
+        let hit = match shard.get_mut(&uid) {
+            Some(last) if !head.terminal && !last.is_terminal() => {
+                last.seen_again(millis(now()));
+                true
+            }
+            Some(last) => head.terminal && last.knows_terminal(head.timed),
+            None => false,
+        };
+        drop(shard);
+        if hit {
+            self.answered.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Decides on an event about to be handed to the task, and records it when it is.
+    pub fn admit(&self, head: &Head, now: SystemTime) -> Admit {
+        let Some(uid) = head.uid else {
+            return Admit::Forward { seen_running: None };
+        };
+        let mut shard = self.shard(&uid);
+        if head.cleaned {
+            shard.remove(&uid);
+            return Admit::Forward { seen_running: None };
+        }
+        let admit = match shard.get_mut(&uid) {
+            Some(last) if head.terminal && last.knows_terminal(head.timed) => Admit::Known,
+            Some(last) if head.terminal => Admit::Forward {
+                seen_running: last.seen_since(),
+            },
+            Some(last) if !last.is_terminal() => {
+                last.seen_again(millis(now));
+                Admit::Known
+            }
+            _ => Admit::Forward { seen_running: None },
+        };
+        match admit {
+            Admit::Known => {
+                drop(shard);
+                self.answered.fetch_add(1, Ordering::Relaxed);
+            }
+            Admit::Forward { .. } => {
+                let next = if head.terminal {
+                    Last::terminal(head.timed)
+                } else {
+                    Last::running(millis(now))
+                };
+                shard.insert(uid, next);
+            }
+        }
+        admit
+    }
+
+    /// Forgets every pod (the scope's task was released: the next one starts from nothing).
+    pub fn clear(&self) {
+        for s in &self.shards {
+            let mut m = s.lock().unwrap_or_else(|p| p.into_inner());
+            *m = HashMap::default();
+        }
+        self.answered.store(0, Ordering::Relaxed);
+    }
+
+    /// Events answered here since the last [`SeenPods::clear`].
+    pub fn answered(&self) -> u64 {
+        self.answered.load(Ordering::Relaxed)
+    }
+
+    /// UIDs held.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: [u8; 16] = [7; 16];
+
+    fn head(terminal: bool, timed: bool) -> Head {
+        Head {
+            uid: Some(A),
+            terminal,
+            cleaned: false,
+            timed,
+        }
+    }
+
+    fn at(ms: u64) -> impl FnOnce() -> SystemTime {
+        move || UNIX_EPOCH + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn repeats_are_known_and_changes_are_handed_on() {
+        let s = SeenPods::default();
+        let running = head(false, false);
+        assert!(!s.known(&running, at(1_000)));
+        assert_eq!(
+            s.admit(&running, at(1_000)()),
+            Admit::Forward { seen_running: None }
+        );
+        assert!(s.known(&running, at(2_000)));
+        assert!(s.known(&running, at(5_000)));
+        // Terminal after running: handed on, with the last time seen running.
+        let failed = head(true, false);
+        assert!(!s.known(&failed, at(6_000)));
+        assert_eq!(
+            s.admit(&failed, at(6_000)()),
+            Admit::Forward {
+                seen_running: Some(UNIX_EPOCH + Duration::from_millis(5_000))
+            }
+        );
+        assert!(s.known(&failed, at(7_000)));
+        // The termination time the first terminal event lacked is handed on once.
+        let timed = head(true, true);
+        assert!(!s.known(&timed, at(7_000)));
+        assert_eq!(
+            s.admit(&timed, at(7_000)()),
+            Admit::Forward { seen_running: None }
+        );
+        assert!(s.known(&timed, at(8_000)) && s.known(&failed, at(8_000)));
+        // Running again after a terminal state: handed on (the task disarms the pod).
+        assert!(!s.known(&running, at(9_000)));
+        assert_eq!(
+            s.admit(&running, at(9_000)()),
+            Admit::Forward { seen_running: None }
+        );
+        assert_eq!(s.answered(), 5);
+    }
+
+    #[test]
+    fn a_deletion_forgets_the_pod_and_is_always_handed_on() {
+        let s = SeenPods::default();
+        let failed = head(true, true);
+        s.admit(&failed, at(1)());
+        let deleted = Head {
+            cleaned: true,
+            ..failed
+        };
+        assert!(!s.known(&deleted, at(2)));
+        assert_eq!(
+            s.admit(&deleted, at(2)()),
+            Admit::Forward { seen_running: None }
+        );
+        assert!(s.is_empty());
+        assert!(
+            !s.known(&failed, at(3)),
+            "a terminal event after the deletion goes to the task"
+        );
+    }
+
+    #[test]
+    fn a_running_pod_seen_only_once_hands_on_no_time() {
+        let s = SeenPods::default();
+        s.admit(&head(false, false), at(1_000)());
+        assert_eq!(
+            s.admit(&head(true, true), at(2_000)()),
+            Admit::Forward { seen_running: None }
+        );
+    }
+
+    #[test]
+    fn uids_that_are_not_uuids_are_always_handed_on_and_clear_forgets_all() {
+        let s = SeenPods::default();
+        let other = Head {
+            uid: None,
+            ..head(false, false)
+        };
+        for _ in 0..3 {
+            assert!(!s.known(&other, at(1)));
+            assert_eq!(
+                s.admit(&other, at(1)()),
+                Admit::Forward { seen_running: None }
+            );
+        }
+        s.admit(&head(false, false), at(1)());
+        assert!(s.known(&head(false, false), at(2)));
+        s.clear();
+        assert!(s.is_empty() && s.answered() == 0);
+        assert!(!s.known(&head(false, false), at(3)));
+    }
+}
