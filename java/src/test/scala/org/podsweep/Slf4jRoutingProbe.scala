@@ -44,14 +44,16 @@ object Slf4jRoutingProbe {
     try {
       LocalSweeper.finished(s, null, "logs", "probe-pod")
       val deadline = System.nanoTime() + 20000000000L
-      def scheduled = appender.list.asScala.synchronized(appender.list.asScala.toList)
+      // AppenderBase.doAppend holds the appender's lock while it appends (the native log thread).
+      def scheduled = appender.synchronized(appender.list.asScala.toList)
         .find(e => e.getFormattedMessage.startsWith("Scheduled probe-pod"))
       while (scheduled.isEmpty && System.nanoTime() < deadline) Thread.sleep(50)
       scheduled.foreach(e => println(s"native-record=${e.getLoggerName}|${e.getLevel}|${e.getFormattedMessage}"))
     } finally s.close()
 
     NativeLog.log(NativeLog.WARN, "podsweep::sweeper", "direct warn")
-    appender.list.asScala.toList.foreach { e =>
+    // The library's own threads may still log (a scope task ending after close).
+    appender.synchronized(appender.list.asScala.toList).foreach { e =>
       println(s"record=${e.getLoggerName}|${e.getLevel}|${e.getFormattedMessage}")
     }
     println("probe-ok")
