@@ -58,6 +58,12 @@ struct Interned {
     slots: Vec<Arc<Slot>>,
 }
 
+impl Interned {
+    fn slot(&self, scope_id: u32) -> Option<&Arc<Slot>> {
+        self.slots.get(scope_id.checked_sub(1)? as usize)
+    }
+}
+
 /// A scope known to the engine, for the engine's whole life.
 struct Slot {
     scope: Scope,
@@ -292,9 +298,8 @@ impl Engine {
     /// The slot of a scope id.
     fn slot(&self, scope_id: u32) -> Result<Arc<Slot>, EngineError> {
         let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        scope_id
-            .checked_sub(1)
-            .and_then(|i| interned.slots.get(i as usize))
+        interned
+            .slot(scope_id)
             .cloned()
             .ok_or_else(|| EngineError::Argument {
                 name: "scope",
@@ -305,8 +310,7 @@ impl Engine {
     /// The slot of a scope, if it was ever observed.
     fn seen_of(&self, scope: &Scope) -> Option<Arc<Slot>> {
         let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        let id = *interned.ids.get(scope)?;
-        interned.slots.get(id.checked_sub(1)? as usize).cloned()
+        interned.slot(*interned.ids.get(scope)?).cloned()
     }
 
     /// Whether the scope's task already knows what an event of a Kyuubi driver pod says, so the
@@ -320,14 +324,11 @@ impl Engine {
         if self.watches.is_some() {
             return Err(EngineError::WatchMode);
         }
-        if head.uid.is_none() || head.cleaned || self.settings.kind == CleanupKind::None {
+        if self.settings.kind == CleanupKind::None {
             return Ok(false);
         }
         let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = scope_id
-            .checked_sub(1)
-            .and_then(|i| interned.slots.get(i as usize))
-        else {
+        let Some(slot) = interned.slot(scope_id) else {
             return Ok(false);
         };
         // No lock on the scope table: a table the release of the task is clearing can only

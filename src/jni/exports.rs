@@ -36,39 +36,11 @@ fn opt_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, F
     Ok(Some(js.into()))
 }
 
-/// The longest string [`read_text`] copies onto the stack.
-const INLINE_MAX: usize = 128;
-
-/// A stack buffer for [`read_text`]: room for the worst case of `GetStringUTFRegion` (three
-/// bytes per UTF-16 unit) and the NUL HotSpot appends.
-type InlineBuf = [u8; 3 * INLINE_MAX + 1];
-
-/// A Java string read by [`read_text`]: in the caller's buffer when it is short and ASCII.
-enum Text<'b> {
-    Ascii(&'b [u8]),
-    Owned(String),
-}
-
-impl Text<'_> {
-    fn into_string(self) -> String {
-        match self {
-            // ASCII is UTF-8, so nothing is replaced.
-            Text::Ascii(b) => String::from_utf8_lossy(b).into_owned(),
-            Text::Owned(s) => s,
-        }
-    }
-}
-
-/// [`opt_string`] without the JVM's buffer or an allocation: the string is copied into `buf` with
-/// `GetStringUTFRegion` and taken as it is when it is ASCII, which every Kubernetes name, UID and
-/// Kyuubi tag is; anything else takes [`opt_string`]'s path.
-fn read_text<'b>(
-    env: &mut JNIEnv<'_>,
-    s: &JString<'_>,
-    buf: &'b mut InlineBuf,
-) -> Result<Option<Text<'b>>, Failure> {
-    const MAX: usize = INLINE_MAX;
-    let owned = |env: &mut JNIEnv<'_>| Ok(opt_string(env, s)?.map(Text::Owned));
+/// [`opt_string`] without the JVM's buffer: the string is copied into a stack buffer with
+/// `GetStringUTFRegion` (no allocation on the JVM's side) and taken as it is when it is ASCII,
+/// which every Kubernetes name, UID and Kyuubi tag is; anything else takes [`opt_string`]'s path.
+fn fast_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
+    const MAX: usize = 128;
     if s.is_null() {
         return Ok(None);
     }
@@ -79,36 +51,34 @@ fn read_text<'b>(
     let len = unsafe {
         match (**raw).GetStringLength {
             Some(f) => f(raw, s.as_raw()),
-            None => return owned(env),
+            None => return opt_string(env, s),
         }
     };
     let Ok(n) = usize::try_from(len) else {
-        return owned(env);
+        return opt_string(env, s);
     };
     if n > MAX {
-        return owned(env);
+        return opt_string(env, s);
     }
+    // Room for the worst case (three bytes per UTF-16 unit) and the NUL HotSpot appends.
+    let mut buf = [0u8; 3 * MAX + 1];
     // SAFETY: as above; the region [0, len) lies within the string (len is its length), and
     // `buf` holds the most modified UTF-8 bytes `len` units can take plus a terminating NUL.
     unsafe {
         match (**raw).GetStringUTFRegion {
             Some(f) => f(raw, s.as_raw(), 0, len, buf.as_mut_ptr().cast()),
-            None => return owned(env),
+            None => return opt_string(env, s),
         }
     }
     // No exception to check: the region is the whole string, the one error the call has.
     // A unit takes one byte (and that byte is ASCII) exactly when it is in 1..=0x7F: if the first
     // `n` bytes are all ASCII, they are the whole string.
-    if buf[..n].iter().all(|b| (1..0x80).contains(b)) {
-        return Ok(Some(Text::Ascii(&buf[..n])));
+    let head = &buf[..n];
+    if head.iter().all(|b| (1..0x80).contains(b)) {
+        // ASCII is UTF-8.
+        return Ok(Some(String::from_utf8_lossy(head).into_owned()));
     }
-    owned(env)
-}
-
-/// [`read_text`] as an owned string.
-fn fast_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<Option<String>, Failure> {
-    let mut buf = [0u8; 3 * INLINE_MAX + 1];
-    Ok(read_text(env, s, &mut buf)?.map(Text::into_string))
+    opt_string(env, s)
 }
 
 fn req_string(env: &mut JNIEnv<'_>, s: &JString<'_>, name: &str) -> Result<String, Failure> {
