@@ -6,8 +6,9 @@
 //! * `log` records from dependencies come through `tracing-log`.
 //! * Levels are per target and checked before a record is formatted: podsweep's modules start at
 //!   the level given to [`install`], dependencies at WARN. A sink that knows better (the JVM's
-//!   SLF4J configuration) is asked again every [`LEVEL_REFRESH`], so a level that is off in the
-//!   JVM costs neither formatting nor a JNI call.
+//!   SLF4J configuration) is asked at [`install`], on the installing thread, so the first records
+//!   already follow it, and again every [`LEVEL_REFRESH`]; a level that is off in the JVM costs
+//!   neither formatting nor a JNI call.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
@@ -199,11 +200,13 @@ pub fn install(sink: Arc<dyn LogSink>, own_max: Level) -> bool {
             set_level(t, level_number(&own_max));
         }
         set_level(DEPS, level_number(&Level::WARN));
+        // Before any record: a record logged before the log thread's first refresh would
+        // otherwise be judged by the default levels (a logger set to DEBUG would miss it).
+        refresh_levels(sink.as_ref());
         let (tx, rx) = sync_channel::<Record>(BUFFER);
         let spawned = std::thread::Builder::new()
             .name("podsweep-log".into())
             .spawn(move || {
-                refresh_levels(sink.as_ref());
                 let mut refreshed = Instant::now();
                 loop {
                     match rx.recv_timeout(LEVEL_REFRESH) {
