@@ -51,11 +51,13 @@ use crate::watch::{self, Watches};
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
 
-/// Scopes resolved by [`Engine::scope_id`]: id `i` is `slots[i - 1]`.
+/// Scopes resolved by [`Engine::scope_id`]: id `i` is `slots[i - 1]`. The ids are looked up
+/// under a lock, once per scope by the JVM; the slots, on every event, without one: they are
+/// only ever appended (under the ids' write lock, so a slot's index is its id - 1).
 #[derive(Default)]
 struct Interned {
-    ids: HashMap<Scope, u32>,
-    slots: Vec<Arc<Slot>>,
+    ids: RwLock<HashMap<Scope, u32>>,
+    slots: boxcar::Vec<Arc<Slot>>,
 }
 
 impl Interned {
@@ -119,7 +121,7 @@ pub struct Engine {
     scopes: ScopeTable,
     /// Scopes the allow lists refused, with the error their first event got.
     refused: RwLock<HashMap<Scope, String>>,
-    interned: RwLock<Interned>,
+    interned: Interned,
     next_id: AtomicU64,
     closed: AtomicBool,
     /// Self-watch mode's watch tasks (`None` when the JVM feeds the engine).
@@ -203,7 +205,7 @@ impl Engine {
             sweeper_cfg,
             scopes: Arc::default(),
             refused: RwLock::default(),
-            interned: RwLock::default(),
+            interned: Interned::default(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             watches,
@@ -266,9 +268,9 @@ impl Engine {
         }
         if let Some(id) = self
             .interned
+            .ids
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .ids
             .get(&scope)
         {
             return Ok(*id);
@@ -279,26 +281,26 @@ impl Engine {
                 message,
             })?;
         }
-        let mut interned = self.interned.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(id) = interned.ids.get(&scope) {
+        let mut ids = self.interned.ids.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(id) = ids.get(&scope) {
             return Ok(*id);
         }
-        let id = u32::try_from(interned.slots.len() + 1).map_err(|_| EngineError::Argument {
-            name: "scope",
-            message: "too many distinct scopes".into(),
-        })?;
-        interned.slots.push(Arc::new(Slot {
+        let id =
+            u32::try_from(self.interned.slots.count() + 1).map_err(|_| EngineError::Argument {
+                name: "scope",
+                message: "too many distinct scopes".into(),
+            })?;
+        self.interned.slots.push(Arc::new(Slot {
             scope: scope.clone(),
             seen: SeenPods::default(),
         }));
-        interned.ids.insert(scope, id);
+        ids.insert(scope, id);
         Ok(id)
     }
 
     /// The slot of a scope id.
     fn slot(&self, scope_id: u32) -> Result<Arc<Slot>, EngineError> {
-        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        interned
+        self.interned
             .slot(scope_id)
             .cloned()
             .ok_or_else(|| EngineError::Argument {
@@ -309,8 +311,13 @@ impl Engine {
 
     /// The slot of a scope, if it was ever observed.
     fn seen_of(&self, scope: &Scope) -> Option<Arc<Slot>> {
-        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        interned.slot(*interned.ids.get(scope)?).cloned()
+        let id = *self
+            .interned
+            .ids
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(scope)?;
+        self.interned.slot(id).cloned()
     }
 
     /// Whether the scope's task already knows what an event of a Kyuubi driver pod says, so the
@@ -327,14 +334,13 @@ impl Engine {
         if self.settings.kind == CleanupKind::None {
             return Ok(false);
         }
-        let interned = self.interned.read().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = interned.slot(scope_id) else {
+        let Some(slot) = self.interned.slot(scope_id) else {
             return Ok(false);
         };
         // No lock on the scope table: a table the release of the task is clearing can only
         // answer for a pod the released task had settled (an idle task tracks nothing), whose
         // later events the next task would have to look up against the API server's 404.
-        Ok(slot.seen.known(head, || self.clock.now()))
+        Ok(slot.seen.known(head, || self.clock.recent()))
     }
 
     /// [`Engine::observe`] for a scope resolved once by [`Engine::scope_id`]: the JVM's hot path.
@@ -564,12 +570,7 @@ impl Engine {
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         let handles: Vec<ScopeHandle> = scopes.drain().map(|(_, h)| h).collect();
         // Their tasks are gone: what they were told is of no use any more.
-        for slot in &self
-            .interned
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .slots
-        {
+        for (_, slot) in self.interned.slots.iter() {
             slot.seen.clear();
         }
         for h in &handles {

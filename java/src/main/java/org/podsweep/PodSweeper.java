@@ -1,5 +1,6 @@
 package org.podsweep;
 
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -32,11 +33,6 @@ import java.util.concurrent.locks.StampedLock;
  * close; {@link PodsweepException} for any other native failure.
  */
 public final class PodSweeper implements AutoCloseable {
-  /** Kyuubi's {@code ApplicationState} names in declaration order: a name's code is its index. */
-  private static final String[] STATES = {
-    "PENDING", "RUNNING", "FINISHED", "KILLED", "FAILED", "ZOMBIE", "NOT_FOUND", "UNKNOWN"
-  };
-
   // A read lock of one CAS each way, no thread-local hold counts: the calls never re-enter it.
   private final StampedLock lock = new StampedLock();
   private final String serverId;
@@ -106,8 +102,8 @@ public final class PodSweeper implements AutoCloseable {
    * @param namespace the scope's namespace, or {@code null} (Kyuubi's {@code None})
    * @param event the informer callback
    * @param uniqueTag the pod's {@code kyuubi-unique-tag} label value
-   * @param podName the pod's name (non-empty; checked to be a DNS-1123 subdomain when the event
-   *     can lead to a DELETE or ends one)
+   * @param podName the pod's name (not null; read, and checked to be a DNS-1123 subdomain, only
+   *     when the event can lead to a DELETE or ends one)
    * @param podUid the pod's {@code metadata.uid}
    * @param appState Kyuubi's {@code ApplicationState} name for the pod (PENDING, RUNNING, FINISHED,
    *     KILLED, FAILED, ZOMBIE, NOT_FOUND, UNKNOWN)
@@ -133,17 +129,17 @@ public final class PodSweeper implements AutoCloseable {
     if (podUid == null) {
       throw new IllegalArgumentException("podUid must not be null");
     }
-    if (podName == null || podName.isEmpty()) {
-      throw new IllegalArgumentException("podName must not be " + (podName == null ? "null" : "empty"));
-    }
     // Only an event that can lead to a DELETE or ends a record needs the pod name on the native
     // side (where it is checked to be a Kubernetes name): a terminal state, a DELETE event, a
     // deletion timestamp. A running pod's is never read, so it is not converted.
     boolean full = event == PodEvent.DELETE || deletionTimestampSet || terminal(state);
+    if (podName == null || (full && podName.isEmpty())) {
+      throw new IllegalArgumentException("podName must not be " + (podName == null ? "null" : "empty"));
+    }
     // A Kubernetes UID crosses as its 128 bits: the native side answers most events (a pod still
-    // running, still failed) from them alone, without reading a string.
-    boolean uuid = isCanonicalUuid(podUid);
-    UUID bits = uuid ? UUID.fromString(podUid) : null;
+    // running, still failed) from them alone, without reading a string. The tag is passed as it
+    // is (the native side reads it only for an event it hands on, and takes an empty one as none).
+    byte[] uid = canonicalUuid(podUid);
     long stamp = lock.readLock();
     try {
       long h = open();
@@ -152,13 +148,12 @@ public final class PodSweeper implements AutoCloseable {
           scopeId(h, context, namespace),
           event.code(),
           state,
-          // An empty tag is no tag: the native side tells a driver pod by a non-null one.
-          uniqueTag == null || uniqueTag.isEmpty() ? null : uniqueTag,
+          uniqueTag,
           full ? podName : null,
           podUid,
-          uuid,
-          uuid ? bits.getMostSignificantBits() : 0L,
-          uuid ? bits.getLeastSignificantBits() : 0L,
+          uid != null,
+          uid != null ? uuidHigh(uid) : 0L,
+          uid != null ? uuidLow(uid) : 0L,
           hasAppSelector,
           terminatedAtMillis,
           deletionTimestampSet);
@@ -172,10 +167,26 @@ public final class PodSweeper implements AutoCloseable {
     if (appState == null) {
       throw new IllegalArgumentException("appState must not be null");
     }
-    for (int i = 0; i < STATES.length; i++) {
-      if (STATES[i].equals(appState)) {
-        return i;
-      }
+    // A switch on the name: its hash (cached in the string) and one comparison.
+    switch (appState) {
+      case "PENDING":
+        return 0;
+      case "RUNNING":
+        return 1;
+      case "FINISHED":
+        return 2;
+      case "KILLED":
+        return 3;
+      case "FAILED":
+        return 4;
+      case "ZOMBIE":
+        return 5;
+      case "NOT_FOUND":
+        return 6;
+      case "UNKNOWN":
+        return 7;
+      default:
+        break;
     }
     throw new IllegalArgumentException(
         "appState must be a Kyuubi ApplicationState name (PENDING, RUNNING, FINISHED, KILLED,"
@@ -188,19 +199,74 @@ public final class PodSweeper implements AutoCloseable {
    * {@link UUID#toString}: the native side may then rebuild the string from the bits.
    */
   static boolean isCanonicalUuid(String s) {
+    return canonicalUuid(s) != null;
+  }
+
+  /**
+   * The characters of {@code s} as bytes if it is a canonical UUID ({@link #isCanonicalUuid}),
+   * else {@code null}. One bulk copy, then plain array reads: a Latin-1 string's bytes are its
+   * characters, and any other character becomes {@code '?'}, which is not a hex digit.
+   */
+  static byte[] canonicalUuid(String s) {
     if (s == null || s.length() != 36) {
-      return false;
+      return null;
     }
-    for (int i = 0; i < 36; i++) {
-      char c = s.charAt(i);
-      boolean ok = i == 8 || i == 13 || i == 18 || i == 23
-          ? c == '-'
-          : (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-      if (!ok) {
-        return false;
-      }
+    byte[] b = s.getBytes(StandardCharsets.ISO_8859_1);
+    if (b.length != 36) {
+      return null;
     }
-    return true;
+    int bad = (b[8] ^ '-') | (b[13] ^ '-') | (b[18] ^ '-') | (b[23] ^ '-');
+    bad |= hexFlags(b, 0, 8) | hexFlags(b, 9, 13) | hexFlags(b, 14, 18) | hexFlags(b, 19, 23)
+        | hexFlags(b, 24, 36);
+    return bad == 0 ? b : null;
+  }
+
+  /** {@link #NOT_HEX} if a byte in {@code [from, to)} is not a lower-case hex digit, else 0. */
+  private static int hexFlags(byte[] b, int from, int to) {
+    int flags = 0;
+    for (int i = from; i < to; i++) {
+      flags |= HEX[b[i] & 0xff];
+    }
+    return flags & NOT_HEX;
+  }
+
+  private static final int NOT_HEX = 0x10;
+
+  /**
+   * Hex digit values by byte: 0 to 15 for {@code 0-9a-f}, {@link #NOT_HEX} for every other byte
+   * (upper case included: only the canonical form is taken).
+   */
+  private static final byte[] HEX = new byte[256];
+
+  static {
+    java.util.Arrays.fill(HEX, (byte) NOT_HEX);
+    for (int d = 0; d < 10; d++) {
+      HEX['0' + d] = (byte) d;
+    }
+    for (int d = 0; d < 6; d++) {
+      HEX['a' + d] = (byte) (10 + d);
+    }
+  }
+
+  /** {@code v} followed by the hex digits of {@code b} in {@code [from, to)}. */
+  private static long hexDigits(byte[] b, int from, int to, long v) {
+    for (int i = from; i < to; i++) {
+      v = (v << 4) | HEX[b[i] & 0xff];
+    }
+    return v;
+  }
+
+  /**
+   * The most significant 64 bits of a canonical UUID's bytes ({@link #canonicalUuid}), as {@link
+   * UUID#getMostSignificantBits} gives them.
+   */
+  static long uuidHigh(byte[] canonical) {
+    return hexDigits(canonical, 14, 18, hexDigits(canonical, 9, 13, hexDigits(canonical, 0, 8, 0L)));
+  }
+
+  /** The least significant 64 bits, as {@link UUID#getLeastSignificantBits} gives them. */
+  static long uuidLow(byte[] canonical) {
+    return hexDigits(canonical, 24, 36, hexDigits(canonical, 19, 23, 0L));
   }
 
   /** Kyuubi's {@code isTerminated}: FINISHED, KILLED, FAILED, NOT_FOUND. */

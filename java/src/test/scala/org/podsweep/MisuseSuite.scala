@@ -130,6 +130,15 @@ class MisuseSuite extends AnyFunSuite with Eventually {
       val uid = java.util.UUID.fromString("0f8fad5b-d9cb-469f-a165-70867728950e")
       assert(PodSweeper.isCanonicalUuid(uid.toString) && !PodSweeper.isCanonicalUuid(uid.toString.toUpperCase))
       assert(!PodSweeper.isCanonicalUuid("+f8fad5b-d9cb-469f-a165-70867728950e"))
+      assert(!PodSweeper.isCanonicalUuid("0f8fad5b-d9cb-469f-a165-70867728950\u00e9"))
+      assert(!PodSweeper.isCanonicalUuid("0f8fad5bd9cb-469f-a165-70867728950e-"))
+      // The bits PodSweeper computes are the JDK's, for every canonical UUID.
+      for (u <- uid +: Seq.fill(1000)(java.util.UUID.randomUUID()) :+ new java.util.UUID(-1L, -1L) :+ new java.util.UUID(0L, 0L)) {
+        val s = u.toString
+        assert(PodSweeper.isCanonicalUuid(s), s)
+        val b = PodSweeper.canonicalUuid(s)
+        assert(PodSweeper.uuidHigh(b) == u.getMostSignificantBits && PodSweeper.uuidLow(b) == u.getLeastSignificantBits, s)
+      }
       NativeBridge.observeIn(handle, scope, 1, 2, "t", "p", uid.toString, true,
         uid.getMostSignificantBits, uid.getLeastSignificantBits, true, 0L, false)
       // (Bits of a pod the table does not know: the event is handed on, so its strings are read.)
