@@ -113,10 +113,11 @@ struct Entry {
     last: Last,
 }
 
-/// The entries in the order they were first recorded, and a hash index of positions into them. An informer repeats a scope's pods in much the same order each time (its relist and
-/// resync walk its store), so successive lookups land on neighbouring entries; the index itself is
-/// 4 bytes a slot (and hashbrown's control byte), a fifth of what a map of UIDs to words takes, so
-/// more of it stays in cache. Removal swaps the last entry into the hole.
+/// The entries in the order they were first recorded, and a hash index of positions into them.
+/// The random part of a lookup is a 4-byte index slot (and hashbrown's control byte), not a
+/// 24-byte bucket in a table five times the size; and pods that come round in the order they were
+/// first seen (an informer's relist returns them in the API server's key order) are read in
+/// order, which the CPU's prefetcher follows. Removal swaps the last entry into the hole.
 #[derive(Default)]
 struct Table {
     index: HashTable<u32>,
@@ -180,9 +181,9 @@ impl Table {
 #[derive(Default)]
 pub struct SeenPods {
     hasher: RandomState,
-    /// One lock: a scope's events come from its informer's one thread, and the entries of one
-    /// table are read in the order they were recorded, which the CPU's prefetcher follows (with
-    /// eight shards, eight interleaved streams defeated it: 30 % slower in the observe bench).
+    /// One lock: a scope's events come from its informer's one thread. (Eight shards made a lap
+    /// over the entries eight interleaved streams, which the prefetcher does not follow: the
+    /// observe bench took 127 ns a call against 101 ns.)
     table: Mutex<Table>,
 }
 
