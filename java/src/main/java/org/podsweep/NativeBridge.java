@@ -43,7 +43,8 @@ final class NativeBridge {
    * terminal state (FINISHED, KILLED, FAILED, NOT_FOUND), a DELETE event, or a deletion timestamp.
    * When {@code uidIsUuid}, {@code podUid} is a canonical UUID whose bits are {@code uidHigh} and
    * {@code uidLow} ({@link java.util.UUID}'s), and the native side reads the string only if it
-   * hands the event on.
+   * hands the event on. A null or empty {@code uniqueTag} is no tag (the pod is not a Kyuubi
+   * driver pod); the tag too is read only for an event handed on.
    */
   static native void observeIn(
       long handle,
