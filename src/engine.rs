@@ -256,7 +256,8 @@ impl Engine {
             return Ok(());
         }
         let slot = self.slot(self.scope_id(scope)?)?;
-        self.deliver(&slot, obs)
+        let head = Head::of(&obs);
+        self.deliver(&slot, obs, head)
     }
 
     /// A scope's id for [`Engine::observe_in`], the same for the engine's whole life (ids start
@@ -346,15 +347,22 @@ impl Engine {
     /// [`Engine::observe`] for a scope resolved once by [`Engine::scope_id`]: the JVM's hot path.
     /// The pod name is checked only when the event can lead to a DELETE or ends a record (a
     /// terminal state, a DELETE event, a deletionTimestamp): a running pod's name is not read,
-    /// and the caller may leave it empty.
-    pub fn observe_in(&self, scope_id: u32, obs: Observation) -> Result<(), EngineError> {
+    /// and the caller may leave it empty. `head` is `Head::of(&obs)`, which the JNI entry has
+    /// already built (it asked [`Engine::known`] with it), so the UID is not parsed again.
+    pub fn observe_in(
+        &self,
+        scope_id: u32,
+        obs: Observation,
+        head: Head,
+    ) -> Result<(), EngineError> {
+        debug_assert_eq!(head, Head::of(&obs));
         let full = obs.state.is_terminated() || obs.is_cleaned();
         self.check_observation(&obs, full)?;
         if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
             return Ok(());
         }
         let slot = self.slot(scope_id)?;
-        self.deliver(&slot, obs)
+        self.deliver(&slot, obs, head)
     }
 
     fn check_observation(&self, obs: &Observation, check_name: bool) -> Result<(), EngineError> {
@@ -383,9 +391,8 @@ impl Engine {
 
     /// Hands a checked observation of a Kyuubi driver pod to its scope's task (unless the task
     /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
-    fn deliver(&self, slot: &Arc<Slot>, obs: Observation) -> Result<(), EngineError> {
+    fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<(), EngineError> {
         let scope = &slot.scope;
-        let head = Head::of(&obs);
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(scope) {

@@ -66,6 +66,17 @@ impl Last {
         self.0 = ms | SEEN_SINCE;
     }
 
+    /// Whether `head` says nothing new to a task last told `self`: a non-terminal event after a
+    /// non-terminal one (its sighting is kept, at `now`), or a terminal event after a terminal
+    /// one that brings no termination time the first lacked.
+    fn repeated_by(&mut self, head: &Head, now: impl FnOnce() -> SystemTime) -> bool {
+        if !head.terminal && !self.is_terminal() {
+            self.seen_again(millis(now()));
+            return true;
+        }
+        head.terminal && self.knows_terminal(head.timed)
+    }
+
     /// When last seen running, if later than the event handed on.
     fn seen_since(self) -> Option<SystemTime> {
         (!self.is_terminal() && self.0 & SEEN_SINCE != 0)
@@ -85,7 +96,7 @@ pub enum Admit {
 
 /// The facts of an event [`SeenPods`] decides on: all the JVM's hot path reads before it knows
 /// whether it needs the pod's name and tag.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Head {
     /// The UID, when it is a canonical UUID ([`crate::ident::uuid_bytes`]).
     pub uid: Option<[u8; 16]>,
@@ -209,14 +220,9 @@ impl SeenPods {
         }
         let hash = self.hasher.hash_one(uid);
         let mut table = self.table();
-        let hit = match table.get_mut(hash, &uid) {
-            Some(last) if !head.terminal && !last.is_terminal() => {
-                last.seen_again(millis(now()));
-                true
-            }
-            Some(last) => head.terminal && last.knows_terminal(head.timed),
-            None => false,
-        };
+        let hit = table
+            .get_mut(hash, &uid)
+            .is_some_and(|last| last.repeated_by(head, now));
         if hit {
             table.answered += 1;
         }
@@ -243,23 +249,17 @@ impl SeenPods {
             table.insert(&self.hasher, hash, uid, next);
             return Admit::Forward { seen_running: None };
         };
-        let admit = if head.terminal && last.knows_terminal(head.timed) {
-            Admit::Known
-        } else if head.terminal {
-            Admit::Forward {
-                seen_running: last.seen_since(),
-            }
-        } else if !last.is_terminal() {
-            last.seen_again(millis(now));
-            Admit::Known
-        } else {
-            Admit::Forward { seen_running: None }
-        };
-        match admit {
-            Admit::Known => table.answered += 1,
-            Admit::Forward { .. } => *last = next,
+        if last.repeated_by(head, || now) {
+            table.answered += 1;
+            return Admit::Known;
         }
-        admit
+        let seen_running = if head.terminal {
+            last.seen_since()
+        } else {
+            None
+        };
+        *last = next;
+        Admit::Forward { seen_running }
     }
 
     /// Forgets every pod (the scope's task was released: the next one starts from nothing).

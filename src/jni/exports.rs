@@ -282,7 +282,9 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
             None => String::new(),
         };
         let pod_uid = fast_string(env, &pod_uid)?.unwrap_or_default();
-        if uid.is_some() && uid != uuid_bytes(pod_uid.as_bytes()) {
+        // The UID's one parse on this path: it checks the bits and is the head handed down.
+        let parsed = uuid_bytes(pod_uid.as_bytes());
+        if uid.is_some() && uid != parsed {
             return Err(Failure::IllegalArgument(format!(
                 "podUid {pod_uid:?} is not the UUID whose bits were passed with it"
             )));
@@ -297,7 +299,14 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
             terminated_at: from_epoch_millis(terminated_at_millis),
             deletion_requested,
         };
-        engine.observe_in(scope, obs)?;
+        engine.observe_in(
+            scope,
+            obs,
+            Head {
+                uid: parsed,
+                ..head
+            },
+        )?;
         Ok(())
     })
 }
