@@ -4,7 +4,7 @@ import scala.collection.JavaConverters._
 
 import org.apache.curator.test.TestingServer
 import org.podsweep.demo.{BaselineKyuubiServer, Phases}
-import org.podsweep.testkit.{ApiRequest, KyuubiHome, KyuubiServer, PodsApi, ZooKeeperBackend}
+import org.podsweep.testkit.{ApiRequest, KyuubiHome, KyuubiServer, PodsApi, PodsApiServer, ZooKeeperBackend}
 
 /**
  * `lag`: pods whose deadlines (container `finishedAt` + retain period) fall within one minute;
@@ -127,7 +127,7 @@ object LagBench {
       "check_interval_ms" -> size.checkIntervalMs)) { (api, ns) =>
       val logDir = java.nio.file.Paths.get("target", "kyuubi-logs", "lag").toAbsolutePath
       val server = new KyuubiServer("server-1", KyuubiHome.Stock,
-        KyuubiServer.conf("server-1", api.url, Seq(ns), size.retainMs,
+        KyuubiServer.conf("server-1", new PodsApiServer(api), Seq(ns), size.retainMs,
           checkIntervalMs = size.checkIntervalMs), logDir, heapMb = 1024)
       // The informer delivers its initial list in order: once the last pod listed is known, all are.
       val probe = api.client("lag-probe")

@@ -63,10 +63,10 @@ object FleetScenarios {
       val dir = logDir.resolve(s"mixed-$backend-${System.currentTimeMillis()}")
       val servers = mutable.ArrayBuffer.empty[KyuubiServer]
       try {
-        servers += new KyuubiServer("podsweep-1", KyuubiHome.Patched, KyuubiServer.conf("podsweep-1", kube.url, Seq(ns), s.retainMs) ++ haConf, dir)
-        servers += new KyuubiServer("podsweep-2", KyuubiHome.Patched, KyuubiServer.conf("podsweep-2", kube.url, Seq(ns), s.retainMs) ++ haConf, dir)
-        servers += new KyuubiServer("stock-1", KyuubiHome.Stock, KyuubiServer.conf("stock-1", kube.url, Seq(ns), s.retainMs), dir)
-        val (drivers, decoys) = Phases.createPods(admin, Seq(ns), s)
+        servers += new KyuubiServer("podsweep-1", KyuubiHome.Patched, KyuubiServer.conf("podsweep-1", kube, Seq(ns), s.retainMs) ++ haConf, dir)
+        servers += new KyuubiServer("podsweep-2", KyuubiHome.Patched, KyuubiServer.conf("podsweep-2", kube, Seq(ns), s.retainMs) ++ haConf, dir)
+        servers += new KyuubiServer("stock-1", KyuubiHome.Stock, KyuubiServer.conf("stock-1", kube, Seq(ns), s.retainMs), dir)
+        val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), s)
         val startedAt = System.currentTimeMillis()
         val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
         Phases.settle(kube, Seq(ns), quietMs = s.quietKyuubi)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
@@ -205,9 +205,9 @@ object FleetScenarios {
         progress = m => progress(s"api_storm $backend: $m"))
       val dir = logDir.resolve(s"storm-$backend-${System.currentTimeMillis()}")
       val fleet = (1 to 3).map(i => s"server-$i").map(n =>
-        new KyuubiServer(n, KyuubiHome.Patched, KyuubiServer.conf(n, kube.url, Seq(ns), spec.retainMs) ++ conf, dir))
+        new KyuubiServer(n, KyuubiHome.Patched, KyuubiServer.conf(n, kube, Seq(ns), spec.retainMs) ++ conf, dir))
       try {
-        val (drivers, decoys) = Phases.createPods(admin, Seq(ns), spec)
+        val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), spec)
         val current = new java.util.concurrent.atomic.AtomicReference[Option[ApiFault]](None)
         api.onRequest = r => if (r.method == "DELETE" && r.pod.isDefined) current.get else None
         val stormStart = System.currentTimeMillis()

@@ -40,8 +40,17 @@ object Demo {
       api: Option[String] = None) {
     def spec: Phases.Spec = Phases.Spec(servers, scopes, pods, retainMs, faults = faults,
       failover = reportDir.isDefined, mode = mode, progress = Demo.progress)
-    /** The API server: the fabric8 CRUD mock, unless podsweep watches pods itself (it needs HTTP watches). */
-    def apiName: String = api.getOrElse(if (mode == "patch") "mock" else "pods-api")
+    /**
+     * The API server: a real kube-apiserver (scripts/kube), unless `--api` names another, faults are
+     * asked for (a real API server injects none: the fabric8 mock does) or none is built (the mock,
+     * then, saying why).
+     */
+    def apiName: String = api.getOrElse {
+      if (faults) "mock"
+      else if (org.podsweep.testkit.RealKube.missing.isEmpty) "kube-apiserver"
+      else if (mode == "patch") "mock"
+      else "pods-api"
+    }
   }
 
   def main(argv: Array[String]): Unit = {
@@ -88,13 +97,16 @@ object Demo {
       case _ => new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = 6000)
     }
     try {
+      if (a.api.isEmpty && a.apiName != "kube-apiserver") progress(
+        if (a.faults) "fault injection needs the fabric8 mock: the API server is the mock, not kube-apiserver"
+        else s"no real API server: ${org.podsweep.testkit.RealKube.missing.getOrElse("")}; falling back to ${a.apiName}")
       val kube = org.podsweep.testkit.TestApi.start(a.apiName)
       val admin = kube.client("demo-admin")
       try {
-        progress(s"HA backend $ha, mock API server at ${kube.url}; logs in ${a.log}")
+        progress(s"HA backend $ha, API server ${kube.name} at ${kube.url}; logs in ${a.log}")
         val baseline = Phases.baseline(a.spec, kube, admin)
         val podsweep = Phases.podsweep(a.spec, kube, admin, ha)
-        report(a, baseline, podsweep)
+        report(a, baseline, podsweep, kube.name)
       } finally {
         admin.close()
         kube.close()
@@ -103,11 +115,11 @@ object Demo {
   }
 
   /** One line of run parameters, as the report and the picture title show them. */
-  def parameters(a: Args): String =
+  def parameters(a: Args, apiServer: String): String =
     s"${a.servers} servers, ${a.scopes} scopes (namespaces), ${a.pods} terminated Spark driver pods " +
       s"+ ${4 * a.scopes} decoys, retain period ${a.retainMs} ms, HA backend ${a.backend}" +
       (if (a.faults) ", DELETE faults injected" else "") +
-      s", podsweep as ${a.mode}, API server ${a.apiName}"
+      s", podsweep as ${a.mode}, API server $apiServer"
 
   // ---------------------------------------------------------------------------------------------
   // Report
@@ -127,10 +139,10 @@ object Demo {
     try w.print(text) finally w.close()
   }
 
-  private def report(a: Args, b: PhaseResult, p: PhaseResult): Unit = {
+  private def report(a: Args, b: PhaseResult, p: PhaseResult, apiServer: String): Unit = {
     val out = new StringBuilder
     def line(s: String = ""): Unit = out.append(s).append('\n')
-    line(s"podsweep demo: ${parameters(a)}")
+    line(s"podsweep demo: ${parameters(a, apiServer)}")
     line(s"baseline: ${describe(b.kind)}; podsweep: ${describe(p.kind)}")
     line()
     line(f"${"phase"}%-28s ${"DELETEs"}%8s ${"per pod"}%8s ${"200"}%6s ${"404"}%6s ${"other"}%6s ${"wrongful"}%9s ${"leaked"}%7s ${"decoys lost"}%12s ${"WARN/ERROR"}%11s ${"seconds"}%8s")
@@ -143,6 +155,10 @@ object Demo {
     (1 to a.servers).map(i => s"server-$i").foreach { s =>
       line(f"  $s%-10s ${b.byServer.getOrElse(s, 0)}%9d ${p.byServer.getOrElse(s, 0)}%9d")
     }
+    def counted(r: PhaseResult): String =
+      s"${r.requests} in the API server's ${if (apiServer.startsWith("kube-apiserver")) "audit log" else "request log"}, " +
+        r.clientDeletes.map(c => s"$c by the servers' own count").getOrElse("no count of the servers' own")
+    line(s"DELETEs counted: baseline ${counted(b)}; podsweep ${counted(p)}")
     line(s"podsweep leaders: ${p.leaders.toSeq.sorted.map { case (ns, s) => s"$ns -> $s" }.mkString(", ")}")
     p.failover.foreach { f =>
       def ms(x: Option[Long]): String = x.map(t => s"${t - f.stopAtMillis} ms").getOrElse("never")
@@ -202,9 +218,11 @@ object Demo {
       "baseline_seconds" -> f"${b.seconds}%.1f",
       "baseline_failed_to_delete_lines" -> b.failedToDelete.toString,
       "baseline_kind" -> str(b.kind),
+      "client_counted_deletes" -> p.clientDeletes.map(_.toString).getOrElse("null"),
+      "baseline_client_counted_deletes" -> b.clientDeletes.map(_.toString).getOrElse("null"),
       "podsweep_kind" -> str(p.kind),
       "pod_watches" -> p.podWatches.toString,
-      "api_server" -> str(a.apiName)
+      "api_server" -> str(apiServer)
     ) ++ failover)
     line(json)
     val text = out.toString
@@ -213,7 +231,7 @@ object Demo {
     a.out.foreach(write(_, text))
     a.reportDir.foreach { d =>
       write(new File(d, "report.txt"), text)
-      write(new File(d, "timeline.svg"), TimelineSvg.render(s"podsweep demo: ${parameters(a)}", b, p))
+      write(new File(d, "timeline.svg"), TimelineSvg.render(s"podsweep demo: ${parameters(a, apiServer)}", b, p))
       progress(s"report written to ${new File(d, "report.txt")} and ${new File(d, "timeline.svg")}")
     }
   }

@@ -154,7 +154,13 @@ object Phases {
       /** Pod watches podsweep itself opened (its User-Agent), summed over servers. */
       podWatches: Int = 0,
       marks: Seq[Mark] = Nil,
-      failover: Option[Failover] = None) {
+      failover: Option[Failover] = None,
+      /**
+       * The DELETEs the servers themselves say they sent (stock Kyuubi: its "Operation of delete pod"
+       * and "Failed to delete pod" lines; podsweep: its outcome counters), to set beside the API
+       * server's own count ([[requests]]); None when the servers cannot say.
+       */
+      clientDeletes: Option[Long] = None) {
     def requests: Int = deletes.size
     def perPod: Double = requests.toDouble / pods
     /** DELETEs that reached the CRUD store (not answered by an injected fault). */
@@ -183,9 +189,8 @@ object Phases {
   // Workload
 
   /** Creates P running driver pods and the decoys (running drivers; a pod without spark-app-selector). */
-  private[podsweep] def createPods(admin: KubernetesClient, nss: Seq[String], s: Spec): (Seq[(PodRef, Pod)], Seq[(PodRef, Pod)]) = {
-    def create(ns: String, pod: Pod): (PodRef, Pod) =
-      PodRef(ns, pod.getMetadata.getName) -> admin.pods().inNamespace(ns).resource(pod).create()
+  private[podsweep] def createPods(kube: TestApi, admin: KubernetesClient, nss: Seq[String], s: Spec): (Seq[(PodRef, Pod)], Seq[(PodRef, Pod)]) = {
+    def create(ns: String, pod: Pod): (PodRef, Pod) = PodRef(ns, pod.getMetadata.getName) -> kube.createPod(admin, ns, pod)
     val node = if (s.sidecar) Some("node-1") else None
     def driver(name: String, appSelector: Boolean = true, phase: String = "Running") =
       KyuubiPods.driver(name, appSelector = appSelector, phase = phase, nodeName = node, sidecar = s.sidecar)
@@ -310,7 +315,7 @@ object Phases {
     try {
       (1 to s.servers).foreach { i =>
         val name = s"server-$i"
-        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, nss, s.retainMs) ++ s.stateConf ++ extra, dir,
+        started += new KyuubiServer(name, kind, KyuubiServer.conf(name, kube, nss, s.retainMs) ++ s.stateConf ++ extra, dir,
           mode = mode)
       }
       s.progress(s"${s.servers} ${kind.label} servers started (logs in $dir)")
@@ -328,7 +333,7 @@ object Phases {
     s.progress(s"phase 1 (baseline): ${s.servers} stock Kyuubi 1.12.0 servers, each deleting on its own")
     val servers = startKyuubi(s, KyuubiHome.Stock, kube, "baseline", nss, Map.empty)
     try {
-      val (drivers, decoys) = createPods(admin, nss, s)
+      val (drivers, decoys) = createPods(kube, admin, nss, s)
       val startedAt = System.currentTimeMillis()
       val w = terminate(admin, drivers, decoys, s.retainMs)
       s.progress(s"phase 1: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
@@ -336,8 +341,10 @@ object Phases {
       // period (retain + check interval + 2 s) lets those entries expire and send their 404s.
       settle(kube, nss, quietMs = s.quietKyuubi)(!w.drivers.exists(present(admin, nss)))
       // Judged before stop(): stock stop() deletes whatever its cache still holds (KYUUBI #6320).
+      val failed = servers.map(_.logLines("Failed to delete pod").size).sum
+      val completed = servers.map(_.logLines("Operation of delete pod").size).sum
       judge("baseline (Kyuubi 1.12.0)", StockKind, s, kube, admin, nss, w, loudLines(servers), startedAt)
-        .copy(failedToDelete = servers.map(_.logLines("Failed to delete pod").size).sum, servers = servers.map(_.name))
+        .copy(failedToDelete = failed, servers = servers.map(_.name), clientDeletes = Some((failed + completed).toLong))
     } finally servers.foreach(x => scala.util.Try(x.close()))
   }
 
@@ -352,7 +359,7 @@ object Phases {
         startOffsetMillis = (i - 1) * checkMs / s.servers))
     try {
       servers.foreach(b => nss.foreach(b.watch))
-      val (drivers, decoys) = createPods(admin, nss, s)
+      val (drivers, decoys) = createPods(kube, admin, nss, s)
       val startedAt = System.currentTimeMillis()
       val w = terminate(admin, drivers, decoys, s.retainMs)
       s.progress(s"phase 1: ${drivers.size} driver pods terminated; waiting for the retain period and cleanup")
@@ -402,18 +409,14 @@ object Phases {
     val daemons: Seq[PodsweepDaemon] = if (kind != StandaloneKind) Nil else {
       val dir = s.logDir.toAbsolutePath.resolve(s"daemons-${System.currentTimeMillis()}")
       (1 to s.servers).map { i =>
-        new PodsweepDaemon(s"server-$i", Map(
-          "kyuubi.kubernetes.master.address" -> kube.url,
-          "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
+        new PodsweepDaemon(s"server-$i", kube.clientConf(s"server-$i") ++ Map(
           "kyuubi.kubernetes.client.initialize.list" -> nss.map(ns => s":$ns").mkString(","),
           P + "kind" -> "ALL",
           "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> s.retainMs.toString) ++ podsweepConf, dir)
       }
     }
     val servers: Seq[FleetServer] = if (kyuubi.nonEmpty) kyuubi else if (daemons.nonEmpty) daemons else (1 to s.servers).map { i =>
-      val conf = Map(
-        "kyuubi.kubernetes.master.address" -> kube.url,
-        "kyuubi.kubernetes.authenticate.oauthToken" -> s"server-$i",
+      val conf = kube.clientConf(s"server-$i") ++ Map(
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
         "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> s.retainMs.toString) ++ podsweepConf
       new LogicalServer(s"server-$i", kube, conf)
@@ -421,7 +424,7 @@ object Phases {
     val sampler = new LeadershipSampler(servers, nss, periodMs = 100)
     try {
       servers.foreach { case l: LogicalServer => nss.foreach(l.watch); case _ => }
-      val (drivers, decoys) = createPods(admin, nss, s)
+      val (drivers, decoys) = createPods(kube, admin, nss, s)
       // Elections start with a scope's first driver pod.
       val electBy = System.currentTimeMillis() + 30000
       def leaders: Map[String, Seq[String]] = nss.map(ns => ns -> servers.filter(_.isLeader(ns)).map(_.name)).toMap
@@ -526,7 +529,7 @@ object Phases {
       }))
       r.copy(leaders = elected, outcomes = outcomes, injected = faults.map(_.injected).getOrElse(Map.empty),
         startMillis = phaseStart, endMillis = endMillis, samples = sampler.samples, marks = marks, failover = fo,
-        podWatches = podWatches)
+        podWatches = podWatches, clientDeletes = Some(outcomes.values.sum))
     } finally {
       sampler.close()
       servers.foreach(l => scala.util.Try(l.close()))

@@ -85,7 +85,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     val servers = (1 to 3).map { i =>
       val name = s"server-$i"
       new KyuubiServer(name, KyuubiHome.Patched,
-        KyuubiServer.conf(name, kube.url, Seq(ns), retainMs) ++ ha.kyuubiConf + ("kyuubi.ha.namespace" -> "kyuubi-takeover"),
+        KyuubiServer.conf(name, kube, Seq(ns), retainMs) ++ ha.kyuubiConf + ("kyuubi.ha.namespace" -> "kyuubi-takeover"),
         logDir)
     }
     try {
@@ -135,7 +135,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     val dir = logDir.resolve("embedded")
     Files.createDirectories(dir)
     // No kyuubi.ha.addresses: KyuubiServer.startServer starts its embedded ZooKeeper.
-    val conf = KyuubiServer.conf("embedded", kube.url, Seq(ns), 2000) ++ Map(
+    val conf = KyuubiServer.conf("embedded", kube, Seq(ns), 2000) ++ Map(
       "kyuubi.frontend.bind.host" -> "127.0.0.1",
       "kyuubi.frontend.thrift.binary.bind.port" -> "0",
       "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$dir/metadata.db",
@@ -157,7 +157,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("podsweep switched off (podsweep.enabled=false): the patched class cleans as stock Kyuubi does") {
     needPatched()
     val ns = "fleet-switched-off"
-    val conf = KyuubiServer.conf("switched-off", kube.url, Seq(ns), 2000) +
+    val conf = KyuubiServer.conf("switched-off", kube, Seq(ns), 2000) +
       ("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.podsweep.enabled" -> "false")
     val server = new KyuubiServer("switched-off", KyuubiHome.Patched, conf, logDir)
     try {
@@ -180,7 +180,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     // The same workload in two namespaces: one watched by a stock server, one by a patched one.
     def setup(kind: KyuubiHome.Kind, ns: String): (KyuubiServer, Map[String, Pod]) = {
       val name = if (kind == KyuubiHome.Stock) "answers-stock" else "answers-patched"
-      val server = new KyuubiServer(name, kind, KyuubiServer.conf(name, kube.url, Seq(ns), retainMs), logDir)
+      val server = new KyuubiServer(name, kind, KyuubiServer.conf(name, kube, Seq(ns), retainMs), logDir)
       val pods = roles.map(r => r -> admin.pods().inNamespace(ns)
         .resource(KyuubiPods.driver(s"driver-$r", tag = s"$ns-$r")).create()).toMap
       (server, pods)

@@ -54,7 +54,7 @@ class ZeroPatchSuite extends AnyFunSuite {
   private def cleanOnce(api: PodsApi, admin: KubernetesClient, ns: String, pods: Int): Unit = {
     val kube = new PodsApiServer(api)
     val s = Spec(servers = 3, scopes = 1, pods = pods, retainMs = 2000, podPrefix = s"w${workloads.incrementAndGet()}-")
-    val (drivers, decoys) = Phases.createPods(admin, Seq(ns), s)
+    val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), s)
     val startedAt = System.currentTimeMillis()
     val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
     Phases.settle(kube, Seq(ns), quietMs = 3000)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
@@ -81,7 +81,7 @@ class ZeroPatchSuite extends AnyFunSuite {
     withFleet("zookeeper") { (ha, api, _) =>
       val ns = "dropin-loading"
       val s = new KyuubiServer("loader", KyuubiHome.Dropin,
-        KyuubiServer.conf("loader", api.url, Seq(ns), 2000) ++ stockOff(ha, "kyuubi-dropin-loading"), logDir,
+        KyuubiServer.conf("loader", new PodsApiServer(api), Seq(ns), 2000) ++ stockOff(ha, "kyuubi-dropin-loading"), logDir,
         mode = KyuubiHome.Manager)
       try {
         assert(s.operations.contains("org.podsweep.kyuubi.PodsweepCleanupOperation"), s.operations)
@@ -100,7 +100,7 @@ class ZeroPatchSuite extends AnyFunSuite {
         val ns = s"dropin-$backend"
         val fleet = (1 to 3).map { i =>
           new KyuubiServer(s"server-$i", KyuubiHome.Dropin,
-            KyuubiServer.conf(s"server-$i", api.url, Seq(ns), 2000) ++ stockOff(ha, s"kyuubi-dropin-$backend"),
+            KyuubiServer.conf(s"server-$i", new PodsApiServer(api), Seq(ns), 2000) ++ stockOff(ha, s"kyuubi-dropin-$backend"),
             logDir, mode = KyuubiHome.Manager)
         }
         try {
@@ -128,7 +128,7 @@ class ZeroPatchSuite extends AnyFunSuite {
       val ns = "dropin-embedded"
       val dir = logDir.resolve("dropin-embedded")
       Files.createDirectories(dir)
-      val conf = KyuubiServer.conf("embedded", api.url, Seq(ns), 2000) ++ Map(
+      val conf = KyuubiServer.conf("embedded", new PodsApiServer(api), Seq(ns), 2000) ++ Map(
         P + "kind" -> "NONE", P + "watch.kind" -> "ALL",
         "kyuubi.frontend.bind.host" -> "127.0.0.1",
         "kyuubi.frontend.thrift.binary.bind.port" -> "0",
@@ -173,7 +173,7 @@ class ZeroPatchSuite extends AnyFunSuite {
           // SIGKILL the leader of the first scope while pods wait; the successor lists for itself.
           val victim = fleet.find(_.isLeader(nss.head)).get
           val s = Spec(servers = 3, scopes = 1, pods = 10, retainMs = 2000, podPrefix = "after-kill-")
-          val (drivers, decoys) = Phases.createPods(admin, Seq(nss.head), s)
+          val (drivers, decoys) = Phases.createPods(new PodsApiServer(api), admin, Seq(nss.head), s)
           val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
           val killedAt = System.currentTimeMillis()
           victim.kill()
@@ -231,9 +231,9 @@ class ZeroPatchSuite extends AnyFunSuite {
       val ns = "migration"
       val haNs = "kyuubi-migration"
       val patched = new KyuubiServer("patched", KyuubiHome.Patched,
-        KyuubiServer.conf("patched", api.url, Seq(ns), 2000) ++ ha.kyuubiConf + ("kyuubi.ha.namespace" -> haNs), logDir)
+        KyuubiServer.conf("patched", new PodsApiServer(api), Seq(ns), 2000) ++ ha.kyuubiConf + ("kyuubi.ha.namespace" -> haNs), logDir)
       val dropin = new KyuubiServer("dropin", KyuubiHome.Dropin,
-        KyuubiServer.conf("dropin", api.url, Seq(ns), 2000) ++ stockOff(ha, haNs), logDir, mode = KyuubiHome.Manager)
+        KyuubiServer.conf("dropin", new PodsApiServer(api), Seq(ns), 2000) ++ stockOff(ha, haNs), logDir, mode = KyuubiHome.Manager)
       val daemon = new PodsweepDaemon("daemon", Map(
         "kyuubi.kubernetes.master.address" -> api.url,
         "kyuubi.kubernetes.authenticate.oauthToken" -> "daemon",

@@ -52,7 +52,12 @@ object KyuubiPods {
       (if (appSelector) Map(AppSelectorLabel -> s"spark-${tag.take(8)}") else Map.empty)
     val b = new PodBuilder()
       .withNewMetadata().withName(name).withLabels(labels.asJava).withFinalizers(finalizers.asJava).endMetadata()
-      .withNewSpec().addNewContainer().withName(DriverContainer).withImage("spark:test").endContainer()
+      .withNewSpec().addNewContainer().withName(DriverContainer).withImage("spark:test")
+      // The ports Spark's driver pod declares (Kyuubi reads "spark-ui" for the app URL).
+      .addNewPort().withName("driver-rpc-port").withContainerPort(7078).withProtocol("TCP").endPort()
+      .addNewPort().withName("blockmanager").withContainerPort(7079).withProtocol("TCP").endPort()
+      .addNewPort().withName("spark-ui").withContainerPort(4040).withProtocol("TCP").endPort()
+      .endContainer()
       .withNodeName(nodeName.orNull).endSpec()
       .withNewStatus().withPhase(phase).endStatus()
     if (sidecar) b.editSpec().addNewContainer().withName(SidecarContainer).withImage("proxy:test").endContainer().endSpec()

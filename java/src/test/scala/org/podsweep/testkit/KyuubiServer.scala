@@ -238,20 +238,19 @@ object KyuubiServer {
        |""".stripMargin
 
   /**
-   * A KyuubiConf for a test server on a test API server (the fabric8 mock, the lag bench's): its URL, a bearer token naming the
-   * server (so the mock attributes its requests), the scopes' clients and informers created at
+   * A KyuubiConf for a test server on a test API server (a real one, the fabric8 mock, the lag bench's): its URL and
+   * credentials naming the server ([[TestApi.clientConf]]: a bearer token the mocks attribute, or a
+   * ServiceAccount token file of a real API server), the scopes' clients and informers created at
    * start, the app URL taken from the pod (one informer per scope, no Service informer), and the
    * frontend host naming the server (podsweep's server id).
    */
   def conf(
       name: String,
-      masterUrl: String,
+      api: TestApi,
       namespaces: Seq[String],
       retainMs: Long,
       kind: String = "ALL",
-      checkIntervalMs: Long = 1000L): Map[String, String] = Map(
-    "kyuubi.kubernetes.master.address" -> masterUrl,
-    "kyuubi.kubernetes.authenticate.oauthToken" -> name,
+      checkIntervalMs: Long = 1000L): Map[String, String] = api.clientConf(name) ++ Map(
     "kyuubi.kubernetes.client.initialize.list" -> namespaces.map(ns => s":$ns").mkString(","),
     "kyuubi.kubernetes.spark.appUrlPattern" -> "http://{{SPARK_DRIVER_POD_IP}}:{{SPARK_UI_PORT}}",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> kind,

@@ -18,6 +18,22 @@ trait TestApi extends AutoCloseable {
   /** A client with its own identity (bearer token), e.g. an informer's or the test's admin. */
   def client(token: String): KubernetesClient
 
+  /**
+   * The Kyuubi client keys (`kyuubi.kubernetes.master.address`, the credentials) of a server with
+   * identity `identity`: on the mocks a bearer token naming it, on a real API server a
+   * ServiceAccount token file and the cluster's CA.
+   */
+  def clientConf(identity: String): Map[String, String] = Map(
+    "kyuubi.kubernetes.master.address" -> url,
+    "kyuubi.kubernetes.authenticate.oauthToken" -> identity)
+
+  /**
+   * Creates `pod` in `ns` through `admin` as a kubelet would leave it: with the status the pod
+   * asks for (the mocks store it as given; a real API server resets it, see [[RealKube]]).
+   */
+  def createPod(admin: KubernetesClient, ns: String, pod: Pod): Pod =
+    admin.pods().inNamespace(ns).resource(pod).create()
+
   /** DELETE requests for single pods, optionally restricted to a namespace. */
   def podDeletes(namespace: String = null): Seq[Recorded]
 
@@ -41,12 +57,17 @@ trait TestApi extends AutoCloseable {
 }
 
 object TestApi {
-  val Names: Seq[String] = Seq("mock", "pods-api")
+  val Names: Seq[String] = Seq("kube-apiserver", "mock", "pods-api")
 
+  /**
+   * `kube-apiserver` (a real one, [[RealKube]]: built and started by scripts/kube), `mock` or
+   * `pods-api`. A real API server is started afresh here (closed with the returned TestApi).
+   */
   def start(name: String): TestApi = name match {
+    case "kube-apiserver" => new RealKube(java.nio.file.Files.createTempDirectory("podsweep-kube-"))
     case "mock" => new MockKube
     case "pods-api" => new PodsApiServer(new PodsApi())
-    case other => throw new IllegalArgumentException(s"unknown API server $other (mock or pods-api)")
+    case other => throw new IllegalArgumentException(s"unknown API server $other (kube-apiserver, mock or pods-api)")
   }
 }
 

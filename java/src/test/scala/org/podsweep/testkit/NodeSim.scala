@@ -1,0 +1,83 @@
+package org.podsweep.testkit
+
+import java.util.concurrent.{ConcurrentHashMap, Executors, ScheduledExecutorService, TimeUnit}
+import java.util.concurrent.atomic.AtomicInteger
+
+import scala.collection.JavaConverters._
+import scala.util.Try
+
+import io.fabric8.kubernetes.api.model.Pod
+import io.fabric8.kubernetes.api.model.rbac.{ClusterRoleBindingBuilder, ClusterRoleBuilder, PolicyRuleBuilder}
+import io.fabric8.kubernetes.client.{Watcher, WatcherException}
+
+/**
+ * What a kubelet does when a pod bound to its node is deleted gracefully, for a control plane that
+ * has no kubelet: once the pod carries a `deletionTimestamp` and no finalizer, its containers are
+ * "stopped" (after `stopDelayMs`, much shorter than a real grace period) and the pod is deleted with
+ * grace period 0 and its UID as precondition, as the kubelet's status manager does. It acts as its
+ * own ServiceAccount ([[NodeSim.Identity]]), so its DELETEs are told apart in the audit log.
+ */
+final class NodeSim(kube: RealKube, stopDelayMs: Long = 300L) extends AutoCloseable {
+  import NodeSim._
+
+  private val client = {
+    kube.ensureNamespace(Namespace)
+    Try(kube.admin.rbac().clusterRoles().resource(new ClusterRoleBuilder()
+      .withNewMetadata().withName(Identity).endMetadata()
+      .withRules(
+        new PolicyRuleBuilder().withApiGroups("").withResources("pods").withVerbs("get", "list", "watch", "delete").build(),
+        new PolicyRuleBuilder().withApiGroups("").withResources("pods/status").withVerbs("update", "patch").build())
+      .build()).create())
+    Try(kube.admin.rbac().clusterRoleBindings().resource(new ClusterRoleBindingBuilder()
+      .withNewMetadata().withName(Identity).endMetadata()
+      .withNewRoleRef("rbac.authorization.k8s.io", "ClusterRole", Identity)
+      .addNewSubject().withKind("ServiceAccount").withName(Identity).withNamespace(Namespace).endSubject()
+      .build()).create())
+    kube.serviceAccountClient(Identity, Namespace)
+  }
+
+  private val timer: ScheduledExecutorService = Executors.newSingleThreadScheduledExecutor { r =>
+    val t = new Thread(r, "node-sim")
+    t.setDaemon(true)
+    t
+  }
+  private val pending = ConcurrentHashMap.newKeySet[String]()
+  /** Graceful deletions this stand-in finished. */
+  val finished = new AtomicInteger()
+
+  private def finish(pod: Pod): Unit = {
+    val m = pod.getMetadata
+    val uid = m.getUid
+    if (m.getDeletionTimestamp != null && pod.getSpec.getNodeName != null &&
+      Option(m.getFinalizers).forall(_.isEmpty) && pending.add(uid)) {
+      timer.schedule(new Runnable {
+        override def run(): Unit = try {
+          val (code, _) = kube.deletePod(client, m.getNamespace, m.getName, Some(uid), Some(0L))
+          if (code == 200) finished.incrementAndGet()
+        } catch {
+          case _: Exception => ()
+        } finally pending.remove(uid)
+      }, stopDelayMs, TimeUnit.MILLISECONDS)
+    }
+  }
+
+  private val watch = client.pods().inAnyNamespace().watch(new Watcher[Pod] {
+    override def eventReceived(action: Watcher.Action, pod: Pod): Unit =
+      if (action == Watcher.Action.MODIFIED || action == Watcher.Action.ADDED) finish(pod)
+    override def onClose(cause: WatcherException): Unit = ()
+  })
+  // Pods that were already Terminating before the watch started.
+  client.pods().inAnyNamespace().list().getItems.asScala.foreach(finish)
+
+  override def close(): Unit = {
+    Try(watch.close())
+    timer.shutdownNow()
+    Try(client.close())
+  }
+}
+
+object NodeSim {
+  /** The stand-in's ServiceAccount (in [[Namespace]]). */
+  val Identity = "node-sim"
+  val Namespace = "kube-system"
+}
