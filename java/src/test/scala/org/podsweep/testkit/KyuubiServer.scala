@@ -241,7 +241,7 @@ object KyuubiServer {
    * A KyuubiConf for a test server on a test API server (a real one, the fabric8 mock, the lag bench's): its URL and
    * credentials naming the server ([[TestApi.clientConf]]: a bearer token the mocks attribute, or a
    * ServiceAccount token file of a real API server), the scopes' clients and informers created at
-   * start, the app URL taken from the pod (one informer per scope, no Service informer), and the
+   * start, the app URL as [[appUrl]] says, and the
    * frontend host naming the server (podsweep's server id).
    */
   def conf(
@@ -252,10 +252,21 @@ object KyuubiServer {
       kind: String = "ALL",
       checkIntervalMs: Long = 1000L): Map[String, String] = api.clientConf(name) ++ Map(
     "kyuubi.kubernetes.client.initialize.list" -> namespaces.map(ns => s":$ns").mkString(","),
-    "kyuubi.kubernetes.spark.appUrlPattern" -> "http://{{SPARK_DRIVER_POD_IP}}:{{SPARK_UI_PORT}}",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> kind,
     "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> retainMs.toString,
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.checkInterval" -> checkIntervalMs.toString,
     "kyuubi.frontend.advertised.host" -> name,
-    "kyuubi.frontend.protocols" -> "THRIFT_BINARY")
+    "kyuubi.frontend.protocols" -> "THRIFT_BINARY") ++ appUrl(api)
+
+  /**
+   * On a real API server Kyuubi's default app URL (from the driver's Service, with a Service informer
+   * per scope, as deployed); on the mocks the URL from the pod (no Service informer). Not the pod URL
+   * on a real API server: Kyuubi 1.12.0 then throws in every pod event of a scope without a context
+   * (`buildSparkAppUrl` replaces the context pattern with null) once the pod has an IP and a
+   * `spark-ui` port, as real driver pods do.
+   */
+  private def appUrl(api: TestApi): Map[String, String] = api match {
+    case _: RealKube => Map.empty
+    case _ => Map("kyuubi.kubernetes.spark.appUrlPattern" -> "http://{{SPARK_DRIVER_POD_IP}}:{{SPARK_UI_PORT}}")
+  }
 }

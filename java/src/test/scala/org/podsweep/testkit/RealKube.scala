@@ -44,7 +44,8 @@ final case class AuditEvent(
  * Identities: [[client]] and [[clientConf]] give each named identity (a Kyuubi server, an
  * informer, a daemon) its own ServiceAccount in namespace [[ServersNamespace]], with a token from
  * the TokenRequest API, bound cluster-wide to the pod rules of docs/kyuubi-integration.md (get,
- * list, watch, delete pods); identities whose name ends in `admin` get the static admin token
+ * list, watch, delete pods) and to what Kyuubi's own Service informer reads (get, list, watch
+ * services); identities whose name ends in `admin` get the static admin token
  * (system:masters). The harness's own writes (the admin, the kubelet stand-in that writes pod
  * status as a kubelet would) never count as an identity's DELETE: [[podDeletes]] leaves them out.
  *
@@ -121,13 +122,15 @@ final class RealKube(
     }
   }
 
-  // Every ServiceAccount of ServersNamespace may do what a Kyuubi server's podsweep needs, in
-  // every namespace: the pod rules of docs/kyuubi-integration.md.
+  // Every ServiceAccount of ServersNamespace may do, in every namespace, what a Kyuubi server's
+  // podsweep needs (the pod rules of docs/kyuubi-integration.md) and what Kyuubi's Service informer needs.
   ensureNamespace(ServersNamespace)
   ignoreConflict(admin.rbac().clusterRoles().resource(new ClusterRoleBuilder()
     .withNewMetadata().withName(ServersRole).endMetadata()
-    .withRules(new PolicyRuleBuilder().withApiGroups("").withResources("pods")
-      .withVerbs("get", "list", "watch", "delete").build())
+    .withRules(
+      new PolicyRuleBuilder().withApiGroups("").withResources("pods").withVerbs("get", "list", "watch", "delete").build(),
+      // Kyuubi's own Service informer (its default app URL), not podsweep's.
+      new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build())
     .build()).create())
   ignoreConflict(admin.rbac().clusterRoleBindings().resource(new ClusterRoleBindingBuilder()
     .withNewMetadata().withName(ServersRole).endMetadata()
