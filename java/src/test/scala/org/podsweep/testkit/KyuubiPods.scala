@@ -49,7 +49,7 @@ object KyuubiPods {
       nodeName: Option[String] = None,
       sidecar: Boolean = false): Pod = {
     val labels = Map(TagLabel -> tag, "spark-role" -> "driver") ++
-      (if (appSelector) Map(AppSelectorLabel -> s"spark-${tag.take(8)}") else Map.empty)
+      (if (appSelector) Map(AppSelectorLabel -> appId(tag)) else Map.empty)
     val b = new PodBuilder()
       .withNewMetadata().withName(name).withLabels(labels.asJava).withFinalizers(finalizers.asJava).endMetadata()
       .withNewSpec().addNewContainer().withName(DriverContainer).withImage("spark:test")
@@ -65,6 +65,10 @@ object KyuubiPods {
   }
 
   val SidecarContainer = "sidecar"
+
+  /** A Spark application id as Spark makes one (`spark-` and 32 hex digits), derived from `tag`. */
+  def appId(tag: String): String =
+    "spark-" + UUID.nameUUIDFromBytes(tag.getBytes(java.nio.charset.StandardCharsets.UTF_8)).toString.replace("-", "")
 
   /**
    * The same pod whose driver container ended at `at` (exit 0 or 1) while its sidecar still runs:
