@@ -86,7 +86,28 @@ final class RealKube(
   /** The etcd that stores this API server's objects (for compaction). */
   val etcdUrl: String = env("PODSWEEP_KUBE_ETCD")
   val kubeconfig: String = env("KUBECONFIG")
-  val apiserverPid: Long = env("PODSWEEP_KUBE_APISERVER_PID").toLong
+  @volatile private var apiserverPidNow: Long = env("PODSWEEP_KUBE_APISERVER_PID").toLong
+  /** The PID of the running kube-apiserver. */
+  def apiserverPid: Long = apiserverPidNow
+
+  /**
+   * Stops `what` (`kube-apiserver` or `etcd`) by its PID and starts it again with the same command
+   * line (scripts/kube restart); returns when kube-apiserver is ready. kube-apiserver: every open
+   * watch and connection drops. etcd: the objects stay; the API server's own watches of etcd break
+   * and resume (from a compacted revision, its watch cache lists again and ends every client watch).
+   */
+  def restart(what: String = "kube-apiserver"): Unit = {
+    val p = new ProcessBuilder(script.getAbsolutePath, "restart", dir.toString, what)
+      .redirectErrorStream(true).start()
+    val out = Source.fromInputStream(p.getInputStream, "UTF-8").mkString
+    if (!p.waitFor(120, TimeUnit.SECONDS) || p.exitValue() != 0)
+      throw new IllegalStateException(s"scripts/kube restart $dir $what failed: $out")
+    val env = Source.fromFile(dir.resolve("env").toFile, "UTF-8")
+    try env.getLines().collectFirst { case l if l.startsWith("PODSWEEP_KUBE_APISERVER_PID=") => l.split("=", 2)(1).toLong }
+      .foreach(apiserverPidNow = _)
+    finally env.close()
+  }
+
   private val adminToken: String = env("PODSWEEP_KUBE_TOKEN")
 
   /** The admin client (system:masters): creates namespaces, pods, RBAC objects. */
