@@ -8,13 +8,16 @@ import io.fabric8.kubernetes.client.KubernetesClient
 import org.podsweep.chaos.Chaos.Outcome
 import org.podsweep.demo.Phases
 import org.podsweep.demo.Phases.{PhaseResult, PodRef, Spec}
-import org.podsweep.testkit.{ApiFault, HaBackend, KyuubiHome, KyuubiServer, PodsApi, PodsApiServer, TestApi}
+import org.podsweep.realapi.RealApi
+import org.podsweep.testkit.{ApiFault, HaBackend, KyuubiHome, KyuubiServer, PodsApi, PodsApiServer, RealKube, TestApi}
 import org.scalatest.{Args, Reporter}
 import org.scalatest.events.{Event, TestFailed, TestSucceeded}
 
 /**
  * Chaos scenarios of whole fleets: Kyuubi 1.12.0's own class in one JVM per server (patched,
- * and stock where the scenario says so), real ZooKeeper / etcd, and [[PodsApi]] as the API server.
+ * and stock where the scenario says so), real ZooKeeper / etcd, and as the API server [[PodsApi]]
+ * (faults injected at will) or a real kube-apiserver ([[RealKube]]: the faults a real control
+ * plane can be driven into), as each scenario says.
  */
 object FleetScenarios {
   private lazy val logDir: Path = {
@@ -102,19 +105,20 @@ object FleetScenarios {
   // graceful
 
   /**
-   * A real API server's deletion rules ([[PodsApi]]: a pod still Running, here because a sidecar
-   * runs while Kyuubi's `CONTAINER` state source calls the driver terminated, goes Terminating on
-   * DELETE, answers a repeated DELETE with 200 and goes once the kubelet confirms) against the
-   * fabric8 CRUD mock (every pod goes at once): the seed scenarios (a)-(d) on both, then the demo's
-   * podsweep side (patched Kyuubi) and the stock baseline on both, with sidecar drivers.
+   * Deletion rules for pods that still run (here because a sidecar runs while Kyuubi's `CONTAINER`
+   * state source calls the driver terminated): a real kube-apiserver (the pod goes Terminating on
+   * DELETE, a repeated DELETE answers 200, and it goes once the kubelet, here [[org.podsweep.testkit.NodeSim]]
+   * 2 s later, confirms), [[PodsApi]] (the same rules, ours) and the fabric8 CRUD mock (every pod
+   * goes at once): the seed scenarios (a)-(d) on the two fakes, then the demo's podsweep side
+   * (patched Kyuubi) and the stock baseline on each server, with sidecar drivers.
    * Safety for podsweep: one DELETE per pod whatever the server does with it (the MODIFIED event
    * carrying `deletionTimestamp` cancels the schedule for good), 0 leaked, 0 wrongful.
    */
   def graceful(smoke: Boolean): Seq[Outcome] = {
-    // The smoke pass leaves out what scripts/test runs anyway: the seed scenarios on both servers
-    // (CoordinationZooKeeperSuite, CoordinationOnPodsApiSuite) and the fleet on the CRUD mock.
-    val apis = if (smoke) Seq("pods-api") else TestApi.Names
-    val seeds = (if (smoke) Nil else TestApi.Names).map { api =>
+    // The smoke pass runs the fleets on the real API server only; the seed scenarios run in
+    // scripts/test anyway (CoordinationZooKeeperSuite, CoordinationOnPodsApiSuite).
+    val apis = if (smoke) Seq("kube-apiserver") else TestApi.Names
+    val seeds = (if (smoke) Nil else Seq("mock", "pods-api")).map { api =>
       val suite: org.scalatest.Suite =
         if (api == "mock") new org.podsweep.CoordinationZooKeeperSuite else new org.podsweep.CoordinationOnPodsApiSuite
       val (passed, failed) = runSuite(suite)
@@ -125,7 +129,14 @@ object FleetScenarios {
     }
     val fleets = apis.flatMap { api =>
       val ha = HaBackend.start("zookeeper")
-      val kube: TestApi = if (api == "mock") TestApi.start("mock") else new PodsApiServer(new PodsApi(kubeletConfirmMs = 2000))
+      val kube: TestApi = api match {
+        case "mock" => TestApi.start("mock")
+        case "pods-api" => new PodsApiServer(new PodsApi(kubeletConfirmMs = 2000))
+        case _ =>
+          val k = new RealKube(Files.createTempDirectory("podsweep-kube-graceful-"))
+          k.startNodeSim(stopDelayMs = 2000)
+          k
+      }
       val admin = kube.client("chaos-admin")
       try {
         val s = Spec(servers = 3, scopes = 1, pods = if (smoke) 30 else 200, retainMs = 2000, sidecar = true,
@@ -134,9 +145,9 @@ object FleetScenarios {
         val b = Phases.baseline(s, kube, admin)
         val one = p.stored.groupBy(_.pod).forall(_._2.size == 1)
         Seq(
-          outcome("zookeeper", p, withinBound = one, Seq("api" -> api, "system" -> "podsweep", "sidecar_drivers" -> true,
+          outcome("zookeeper", p, withinBound = one, Seq("api" -> kube.name, "system" -> "podsweep", "sidecar_drivers" -> true,
             "terminating_answers_200" -> p.code(200))),
-          outcome("none", b, withinBound = true, Seq("api" -> api, "system" -> "stock", "sidecar_drivers" -> true,
+          outcome("none", b, withinBound = true, Seq("api" -> kube.name, "system" -> "stock", "sidecar_drivers" -> true,
             "failed_to_delete_lines" -> b.failedToDelete)))
       } finally {
         admin.close()
@@ -174,7 +185,9 @@ object FleetScenarios {
    * flight), and the logs summarise per scope: at most one WARN/ERROR line per failure class per
    * server per summary interval (`forbidden.summaryInterval`, here PT5S).
    */
-  def apiStorm(smoke: Boolean): Seq[Outcome] = {
+  def apiStorm(smoke: Boolean): Seq[Outcome] = apiStormFake(smoke) ++ apiStormReal(smoke)
+
+  private def apiStormFake(smoke: Boolean): Seq[Outcome] = {
     need(KyuubiHome.Patched)
     val windowMs = if (smoke) 3000L else 10000L
     val slowMs = if (smoke) 2000L else 35000L
@@ -250,6 +263,92 @@ object FleetScenarios {
         kube.close()
         ha.close()
       }
+    }
+  }
+
+  /**
+   * The storm a real kube-apiserver can be driven into, on three patched Kyuubi servers (ZooKeeper),
+   * window after window while terminated pods fall due: `throttled` (API Priority and Fairness: a
+   * priority level that admits one request at a time and rejects the rest with 429 `Retry-After:
+   * 1`, for the servers' pod DELETEs), `forbidden` (the servers' role loses `delete pods`, then gets
+   * it back), `frozen` (kube-apiserver stopped with SIGSTOP: requests hang, then it resumes),
+   * `restart` (kube-apiserver restarted: every connection and watch drops; for a moment after, its
+   * authorizer and watch cache are not ready). Then it recovers. Counted from its audit log.
+   * Safety: 0 leaked after recovery, 0 wrongful, a pod deleted twice (two 200s: a real server
+   * answers 200 to each of two DELETEs in flight together) only when one of its DELETEs was sent
+   * during the freeze or the restart, when a client gives up on a request the server still serves.
+   */
+  private def apiStormReal(smoke: Boolean): Seq[Outcome] = {
+    need(KyuubiHome.Patched)
+    RealKube.missing.foreach(w => throw new IllegalStateException(s"no real API server: $w"))
+    val windowMs = if (smoke) 3000L else 10000L
+    val backend = "zookeeper"
+    val ha = HaBackend.start(backend)
+    val kube = new RealKube(Files.createTempDirectory("podsweep-kube-storm-"))
+    val admin = kube.admin
+    val ns = "storm-real"
+    val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
+    val summaryS = 5
+    val conf = ha.kyuubiConf ++ Map(
+      "kyuubi.ha.namespace" -> "chaos-storm-real",
+      P + "forbidden.summaryInterval" -> s"PT${summaryS}S",
+      P + "forbidden.retryInterval" -> "PT2S",
+      P + "retry.maxWait" -> "PT2S",
+      P + "ha.stepDownAfter" -> "PT10M")
+    val spec = Spec(servers = 3, scopes = 1, pods = if (smoke) 40 else 200, retainMs = 1000, namespacePrefix = "",
+      progress = m => progress(s"api_storm real: $m"))
+    val dir = logDir.resolve(s"storm-real-${System.currentTimeMillis()}")
+    val names = (1 to 3).map(i => s"server-$i")
+    val fleet = names.map(n => new KyuubiServer(n, KyuubiHome.Patched, KyuubiServer.conf(n, kube, Seq(ns), spec.retainMs) ++ conf, dir))
+    val windows = mutable.LinkedHashMap.empty[String, (Long, Long)]
+    def window(name: String)(start: => Unit)(end: => Unit): Unit = {
+      val from = System.currentTimeMillis()
+      start
+      Thread.sleep(windowMs)
+      end
+      windows(name) = (from, System.currentTimeMillis())
+    }
+    try {
+      val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), spec)
+      val startedAt = System.currentTimeMillis()
+      val w = Phases.terminate(admin, drivers, decoys, spec.retainMs)
+      val stormStart = System.currentTimeMillis()
+      var throttle: Option[RealApi.Throttle] = None
+      window("throttled") {
+        throttle = Some(new RealApi.Throttle(kube, "podsweep-chaos-storm", names.map(RealKube.ServersNamespace -> _)))
+      } { throttle.foreach(_.close()) }
+      window("forbidden") {
+        kube.setServersCanDelete(false)
+      } { kube.setServersCanDelete(true) }
+      window("frozen") {
+        new ProcessBuilder("kill", "-STOP", kube.apiserverPid.toString).start().waitFor()
+      } { new ProcessBuilder("kill", "-CONT", kube.apiserverPid.toString).start().waitFor() }
+      window("restart")(kube.restart())(())
+      val stormMs = System.currentTimeMillis() - stormStart
+      progress(s"api_storm real: storm over after ${stormMs / 1000} s; recovering")
+      Phases.settle(kube, Seq(ns), quietMs = 3000)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
+      val r = Phases.judge("api storm (real)", Phases.PatchedKind, spec, kube, admin, Seq(ns), w, Phases.loudLines(fleet), startedAt)
+      val codes = r.deletes.groupBy(_.status).map { case (c, v) => c.toString -> v.size }
+      // Two 200s for one pod: within the bound when one of its DELETEs reached the server while it
+      // was frozen or restarting (a client that gave up on a request the server still served).
+      val (frozenFrom, _) = windows("frozen")
+      val (_, restartTo) = windows("restart")
+      val twice = r.deletes.filter(_.status == 200).groupBy(_.pod).filter(_._2.size > 1)
+      val within = twice.values.forall(_.exists(d => d.atMillis >= frozenFrom && d.atMillis <= restartTo + 30000))
+      val crashes = fleet.count(!_.alive)
+      val bound = fleet.size * 6 * (stormMs / 1000 / summaryS + 2).toInt
+      Seq(outcome(backend, r, within, crashes = crashes, fields = Seq(
+        "api" -> kube.name,
+        "storm_ms" -> stormMs,
+        "window_ms" -> windowMs,
+        "windows" -> windows.keys.toSeq,
+        "answers" -> codes,
+        "loud_lines_bound" -> bound),
+        broken = if (r.loudLines > bound) Seq(s"${r.loudLines} WARN/ERROR lines, more than the per-scope summary bound $bound") else Nil))
+    } finally {
+      fleet.foreach(x => scala.util.Try(x.close()))
+      kube.close()
+      ha.close()
     }
   }
 }

@@ -8,7 +8,7 @@ import scala.util.Try
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.api.model.rbac.{ClusterRoleBindingBuilder, ClusterRoleBuilder, PolicyRuleBuilder}
-import io.fabric8.kubernetes.client.{Watcher, WatcherException}
+import io.fabric8.kubernetes.client.informers.ResourceEventHandler
 
 /**
  * What a kubelet does when a pod bound to its node is deleted gracefully, for a control plane that
@@ -61,16 +61,15 @@ final class NodeSim(kube: RealKube, stopDelayMs: Long = 300L) extends AutoClosea
     }
   }
 
-  private val watch = client.pods().inAnyNamespace().watch(new Watcher[Pod] {
-    override def eventReceived(action: Watcher.Action, pod: Pod): Unit =
-      if (action == Watcher.Action.MODIFIED || action == Watcher.Action.ADDED) finish(pod)
-    override def onClose(cause: WatcherException): Unit = ()
+  // An informer (list, then watch from the list's version), as a kubelet watches its pods.
+  private val informer = client.pods().inAnyNamespace().inform(new ResourceEventHandler[Pod] {
+    override def onAdd(pod: Pod): Unit = finish(pod)
+    override def onUpdate(old: Pod, pod: Pod): Unit = finish(pod)
+    override def onDelete(pod: Pod, deletedFinalStateUnknown: Boolean): Unit = ()
   })
-  // Pods that were already Terminating before the watch started.
-  client.pods().inAnyNamespace().list().getItems.asScala.foreach(finish)
 
   override def close(): Unit = {
-    Try(watch.close())
+    Try(informer.close())
     timer.shutdownNow()
     Try(client.close())
   }

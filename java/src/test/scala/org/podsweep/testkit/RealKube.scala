@@ -14,7 +14,7 @@ import scala.util.Try
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import io.fabric8.kubernetes.api.model.{ContainerStatusBuilder, NamespaceBuilder, Pod, PodBuilder, ServiceAccountBuilder}
 import io.fabric8.kubernetes.api.model.authentication.TokenRequestBuilder
-import io.fabric8.kubernetes.api.model.rbac.{ClusterRoleBindingBuilder, ClusterRoleBuilder, PolicyRuleBuilder}
+import io.fabric8.kubernetes.api.model.rbac.{ClusterRole, ClusterRoleBindingBuilder, ClusterRoleBuilder, PolicyRule, PolicyRuleBuilder}
 import io.fabric8.kubernetes.client.{Config, ConfigBuilder, KubernetesClient, KubernetesClientBuilder, KubernetesClientException}
 import io.fabric8.kubernetes.client.okhttp.OkHttpClientFactory
 
@@ -148,10 +148,7 @@ final class RealKube(
   ensureNamespace(ServersNamespace)
   ignoreConflict(admin.rbac().clusterRoles().resource(new ClusterRoleBuilder()
     .withNewMetadata().withName(ServersRole).endMetadata()
-    .withRules(
-      new PolicyRuleBuilder().withApiGroups("").withResources("pods").withVerbs("get", "list", "watch", "delete").build(),
-      // Kyuubi's own Service informer (its default app URL), not podsweep's.
-      new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build())
+    .withRules(serversRules(delete = true): _*)
     .build()).create())
   ignoreConflict(admin.rbac().clusterRoleBindings().resource(new ClusterRoleBindingBuilder()
     .withNewMetadata().withName(ServersRole).endMetadata()
@@ -159,6 +156,22 @@ final class RealKube(
     .addNewSubject().withKind("Group").withApiGroup("rbac.authorization.k8s.io")
     .withName(s"system:serviceaccounts:$ServersNamespace").endSubject()
     .build()).create())
+
+  /**
+   * Grants or withdraws `delete pods` from the role of every identity's ServiceAccount (get, list
+   * and watch stay): an RBAC mistake an operator makes and fixes.
+   */
+  def setServersCanDelete(can: Boolean): Unit =
+    admin.rbac().clusterRoles().withName(ServersRole).edit(new java.util.function.UnaryOperator[ClusterRole] {
+      override def apply(r: ClusterRole): ClusterRole = new ClusterRoleBuilder(r).withRules(serversRules(can): _*).build()
+    })
+
+  /** The servers' rules: pods (get, list, watch, and delete if `delete`) and Kyuubi's Service informer. */
+  private def serversRules(delete: Boolean): Seq[PolicyRule] = Seq(
+    new PolicyRuleBuilder().withApiGroups("").withResources("pods")
+      .withVerbs((Seq("get", "list", "watch") ++ (if (delete) Seq("delete") else Nil)): _*).build(),
+    // Kyuubi's own Service informer (its default app URL), not podsweep's.
+    new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build())
 
   /**
    * A token of ServiceAccount `sa` in `namespace` (created when absent) from the TokenRequest API,
@@ -269,10 +282,22 @@ final class RealKube(
   /** The harness's own identities, whose DELETEs are not the servers'. */
   private def harness(e: AuditEvent): Boolean = e.user == AdminUser || e.identity == NodeSim.Identity
 
+  /**
+   * The servers' pod DELETEs. A DELETE the API server refused before storage (401, 403, 429, 5xx)
+   * carries the matching [[DeleteFault]] as `injected`, so that `stored` means, as on the mocks,
+   * the DELETEs that reached the store.
+   */
   override def podDeletes(namespace: String): Seq[Recorded] =
     allPodDeletes.filter(e => !harness(e) && (namespace == null || e.namespace == namespace)).map { e =>
+      val refused = e.code match {
+        case 401 => Some(DeleteFault.Refused)
+        case 403 => Some(DeleteFault.Forbidden)
+        case 429 => Some(DeleteFault.Throttled)
+        case c if c >= 500 || c == 0 => Some(DeleteFault.Unavailable)
+        case _ => None
+      }
       Recorded("DELETE", s"/api/v1/namespaces/${e.namespace}/pods/${e.name}", Some(e.identity), "", e.atMillis, e.code,
-        userAgent = e.userAgent)
+        refused, e.userAgent)
     }
 
   override def watchRequests(agent: String, sinceMillis: Long, namespaces: Seq[String]): Int =
@@ -312,10 +337,15 @@ final class RealKube(
     mapper.readTree(c.getInputStream).get("header").get("revision").asText().toLong
   }
 
-  private lazy val nodeSim = new NodeSim(this)
+  @volatile private var nodeSim: Option[NodeSim] = None
 
-  /** Starts the kubelet stand-in that finishes graceful deletions of pods bound to a node. */
-  def startNodeSim(): NodeSim = nodeSim
+  /**
+   * Starts (once) the kubelet stand-in that finishes graceful deletions of pods bound to a node,
+   * `stopDelayMs` after their `deletionTimestamp` (the time the kubelet takes to stop them).
+   */
+  def startNodeSim(stopDelayMs: Long = 300L): NodeSim = synchronized {
+    nodeSim.getOrElse { val n = new NodeSim(this, stopDelayMs); nodeSim = Some(n); n }
+  }
 
   /** Stops the control plane, unless it is the JVM's shared one (stopped when the JVM exits). */
   override def close(): Unit = if (!shared) shutdown()
@@ -323,7 +353,7 @@ final class RealKube(
   /** Stops etcd and kube-apiserver, each by its own PID (scripts/kube down). */
   def shutdown(): Unit = {
     RealKube.live.remove(this)
-    Try(nodeSim.close())
+    nodeSim.foreach(n => Try(n.close()))
     Try(admin.close())
     val p = new ProcessBuilder(script.getAbsolutePath, "down", dir.toString).inheritIO().start()
     p.waitFor(60, TimeUnit.SECONDS)
