@@ -1,0 +1,134 @@
+package org.podsweep.realapi
+
+import java.nio.file.{Files, Path}
+import java.time.Instant
+import java.time.temporal.ChronoUnit
+
+import scala.util.Try
+
+import io.fabric8.kubernetes.client.KubernetesClient
+import org.podsweep.demo.Phases
+import org.podsweep.demo.Phases.PodRef
+import org.podsweep.testkit.{HaBackend, KyuubiPods, PodsweepDaemon, RealKube}
+import org.scalatest.concurrent.Eventually._
+import org.scalatest.funsuite.AnyFunSuite
+import org.scalatest.time.{Millis, Seconds, Span}
+
+/**
+ * API Priority and Fairness throttles the cleanup leader on a real kube-apiserver: a priority
+ * level that admits one request at a time and rejects the rest (`limitResponse: Reject`), and a
+ * FlowSchema that sends the podsweep daemons' pod DELETEs (their ServiceAccounts, verb `delete`)
+ * to it. With podsweep's rate limit and in-flight cap raised, the leader's DELETEs go out
+ * concurrently and most are answered `429` with a `Retry-After` of a second or two (a text/plain
+ * body, not a Status). Then the FlowSchema is removed and everything is cleaned.
+ *
+ * What the scope status shows of a `Retry-After` pause: nothing names it (no field for the
+ * scope-wide pause or its end); `outcomes.throttled` and `retries` count the 429s. The pause is
+ * therefore checked in the API server's audit log: after each 429, the leader sends no DELETE
+ * until the `Retry-After` (at least a second) has passed, beyond a short grace for requests
+ * already on their way when the 429 came back.
+ */
+class ThrottlingSuite extends AnyFunSuite {
+  implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(120, Seconds), Span(200, Millis))
+
+  private lazy val kube: RealKube = RealKube.sharedInstance
+  private lazy val admin: KubernetesClient = kube.admin
+  private lazy val logDir: Path = Files.createTempDirectory("podsweep-realapi-throttling-")
+  import RealApi._
+
+  test("APF answers the leader's concurrent DELETEs 429 + Retry-After: counted throttled, the scope pauses, nothing lost once APF lets go") {
+    RealKube.missing.foreach(w => cancel(w))
+    PodsweepDaemon.missing.foreach(w => cancel(w))
+    val ns = "throttled-spark"
+    val probeNs = "throttled-probe"
+    val names = Seq("throttled-1", "throttled-2")
+    val users = names.map(n => saUser(RealKube.ServersNamespace, RealKube.saName(n))).toSet
+    Seq(ns, probeNs).foreach(kube.ensureNamespace)
+    val probes = names.map(n => n -> kube.client(n)).toMap
+    val throttle = new Throttle(kube, "podsweep-realapi-throttle", names.map(n => RealKube.ServersNamespace -> RealKube.saName(n)))
+    val ha = HaBackend.start("zookeeper")
+    val daemons = scala.collection.mutable.ArrayBuffer.empty[PodsweepDaemon]
+    var released = false
+    try {
+      // APF applies the new configuration on its own schedule: wait until it classifies both.
+      eventually(names.foreach(n => assert(throttle.active(probes(n), probeNs), s"$n's DELETEs not yet classified")))
+      val pods = 40
+      val retainMs = 5000L
+      names.foreach { n =>
+        daemons += new PodsweepDaemon(n, kube.clientConf(n) ++ ha.kyuubiConf ++ Map(
+          "kyuubi.kubernetes.client.initialize.list" -> s":$ns",
+          P + "kind" -> "ALL",
+          "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> retainMs.toString,
+          "kyuubi.ha.namespace" -> "kyuubi-realapi-throttling",
+          P + "maxInFlight" -> "16",
+          P + "rateLimit.qps" -> "100",
+          P + "rateLimit.burst" -> "16",
+          P + "retry.maxWait" -> "PT2S"), logDir)
+      }
+      val leader = eventually(daemons.filter(_.isLeader(ns)) match {
+        case Seq(one) => one
+        case other => fail(s"leaders: ${other.map(_.name)}")
+      })
+      val leaderUser = saUser(RealKube.ServersNamespace, RealKube.saName(leader.name))
+      val s = Phases.Spec(servers = 2, scopes = 1, pods = pods, retainMs = retainMs, logDir = logDir)
+      val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), s)
+      // One termination time for all: every pod is due at the same moment.
+      val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
+      Phases.parallel(drivers)(d => terminate(admin, ns, d._2, succeeded = true, at))
+      decoys.filter(_._1.name.endsWith("decoy-no-selector")).foreach(d => terminate(admin, ns, d._2, succeeded = true, at))
+      val deadline = at.toEpochMilli + retainMs
+      def deletes = audited(kube).filter(a => a.verb == "delete" && a.namespace == ns)
+      // Several rounds of 429s while APF holds, then APF lets go.
+      eventually(assert(deletes.count(_.code == 429) >= 30, deletes.groupBy(_.code).mapValues(_.size)))
+      val throttledWhileHeld = outcomes(leader.status(ns))("throttled")
+      val statusWhileHeld = leader.status(ns)
+      throttle.close()
+      released = true
+      val w = Phases.Workload(drivers.map(_._1), decoys.map(_._1), drivers.map(d => d._1 -> deadline).toMap)
+      Phases.settle(kube, Seq(ns), quietMs = 4000)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
+      val r = Phases.judge("throttled", "daemon", s, kube, admin, Seq(ns), w, 0, at.toEpochMilli)
+      val all = deletes
+      info(s"DELETEs: ${all.groupBy(_.code).map { case (c, v) => s"$c x ${v.size}" }.mkString(", ")}; " +
+        s"throttled outcome while APF held: $throttledWhileHeld; status then: retries=${statusWhileHeld.number("retries")}, " +
+        s"due=${statusWhileHeld.due}, inflight=${statusWhileHeld.inflight}")
+      assert(r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0, r)
+      assert(all.forall(a => a.user == leaderUser), all.map(_.user).distinct)
+      assert(all.forall(a => a.code == 200 || a.code == 429), all.groupBy(_.code).keys)
+      // Nothing lost, nothing twice: exactly one 200 per driver pod, no DELETE of a decoy.
+      val ok = all.filter(_.code == 200)
+      assert(ok.map(_.name).sorted == w.drivers.map(_.name).sorted, ok.map(_.name).groupBy(identity).filter(_._2.size > 1))
+      // podsweep counted each of the API server's 429s as throttled, and every 200 as accepted.
+      val st = leader.status(ns)
+      val rejected = all.count(_.code == 429)
+      assert(outcomes(st)("throttled") == rejected, s"audit: $rejected x 429; status: $st")
+      assert(outcomes(st)("accepted") == pods && outcomes(st)("other") == 0, st)
+      assert(st.number("retries") >= rejected, st)
+      assert(healthy(st).contains(true), st)
+      // The pause: after a 429, no DELETE until its Retry-After (at least 1 s) has passed, except
+      // those already on their way (within 250 ms of it).
+      val early = all.filter(_.code == 429).flatMap { t =>
+        all.filter(a => a.receivedMicros > t.completedMicros + 250000L && a.receivedMicros < t.completedMicros + 950000L)
+          .map(a => (t.name, t.completedMicros, a.name, a.receivedMicros - t.completedMicros))
+      }
+      assert(early.isEmpty, s"DELETEs sent within Retry-After of a 429 (pod answered 429, at, pod sent, micros later): ${early.take(5)}")
+      // How long after a 429 the leader's next DELETE (past the grace) came: the pause as measured.
+      val gaps = all.filter(_.code == 429).flatMap { t =>
+        all.map(_.receivedMicros - t.completedMicros).filter(_ > 250000L).sorted.headOption
+      }
+      if (gaps.nonEmpty) info(s"after a 429, the next DELETE beyond the grace came ${gaps.min / 1000} to ${gaps.max / 1000} ms later")
+      val rounds = all.filter(_.code == 429).map(_.receivedMicros / 1000000L).distinct.size
+      info(s"$rejected 429s in $rounds distinct seconds; first DELETE ${(all.map(_.receivedMicros).min / 1000 - deadline)} ms after the deadline")
+      // The 429's Retry-After, as podsweep read it, in its summary of the failures.
+      val quoted = leader.log.filter(l => l.contains(" WARN ") && l.contains("throttled") && l.contains("HTTP 429"))
+      assert(quoted.exists(l => "retry after [1-9][0-9]*s".r.findFirstIn(l).isDefined),
+        s"no WARN quoting the 429 and its Retry-After: $quoted")
+      info(s"podsweep's summary: ${quoted.head.replaceAll("^.*WARN ", "")}")
+      daemons.foreach(d => assert(d.problems.isEmpty, s"${d.name}: ${d.problems.take(3)}"))
+    } finally {
+      if (!released) throttle.close()
+      daemons.foreach(d => Try(d.close()))
+      probes.values.foreach(c => Try(c.close()))
+      ha.close()
+    }
+  }
+}
