@@ -1,18 +1,25 @@
 package org.podsweep.bench
 
+import org.podsweep.testkit.{RealKube, TestApi}
+
 /**
  * The JVM side of `scripts/bench`: runs the named benches (all of them when none is named) in
  * this order and prints one JSON object per line on stdout; progress goes to stderr and logs to
  * a file. `--smoke` runs the smallest sizes (CI's pass that keeps the benches from rotting; its
  * figures are not checked).
  *
- * Usage: Bench [--smoke] [--log FILE] [deletes_per_pod] [lag] [failover] [observe]
+ * Usage: Bench [--smoke] [--log FILE] [deletes_per_pod] [lag] [drain] [failover] [observe]
+ *
+ * `deletes_per_pod`, `lag` and `drain` run on a real kube-apiserver (scripts/kube) and count DELETEs
+ * from its audit log; `PODSWEEP_BENCH_API=mock|pods-api` picks a test API server instead (see
+ * [[BenchApi]]).
  */
 object Bench {
   /** Each bench prints its own lines through [[BenchOut]]. */
   val Benches: Seq[(String, Boolean => Unit)] = Seq(
     "deletes_per_pod" -> (smoke => DeletesPerPodBench.run(smoke)),
     "lag" -> (smoke => LagBench.run(smoke)),
+    "drain" -> (smoke => DrainBench.run(smoke)),
     "failover" -> (smoke => FailoverBench.run(smoke)),
     "observe" -> (smoke => ObserveBench.run(smoke))
   )
@@ -46,6 +53,101 @@ object Bench {
     }
     System.exit(if (failed == 0) 0 else 1)
   }
+}
+
+/**
+ * The API server the benches that send DELETEs run on: a real kube-apiserver
+ * ([[org.podsweep.testkit.RealKube]], built by scripts/kube; DELETEs counted from its audit log) by
+ * default; `PODSWEEP_BENCH_API` = `mock` (the fabric8 CRUD mock) or `pods-api` (the bench's own
+ * [[org.podsweep.testkit.PodsApi]]) picks a test one (their own request logs). When no
+ * kube-apiserver is built and none is asked for, a bench falls back to its test server and its
+ * lines say why (`api_server_fallback`).
+ */
+object BenchApi {
+  val EnvVar = "PODSWEEP_BENCH_API"
+
+  /** Which API server, and why not a real one when it is not. */
+  final case class Choice(name: String, fallback: Option[String])
+
+  def choose(bench: String, fallback: String): Choice =
+    sys.env.get(EnvVar).map(_.trim).filter(_.nonEmpty) match {
+      case Some(asked) =>
+        val name = if (asked == "real" || asked == "kube") "kube-apiserver" else asked
+        require(TestApi.Names.contains(name), s"$EnvVar=$asked: one of ${TestApi.Names.mkString(", ")}")
+        if (name == "kube-apiserver") RealKube.missing.foreach(w => throw new IllegalStateException(s"$EnvVar=$asked: $w"))
+        Choice(name, None)
+      case None =>
+        RealKube.missing match {
+          case None => Choice("kube-apiserver", None)
+          case Some(why) =>
+            BenchOut.progress(s"$bench: no real API server ($why): running on $fallback")
+            Choice(fallback, Some(why))
+        }
+    }
+
+  /**
+   * The API servers of one bench's runs: a fresh one for each run, or one for all of them
+   * (`shared`: the smoke pass, where a real control plane's start-up, about 5 s, would dominate).
+   */
+  final class Pool(val choice: Choice, shared: Boolean) extends AutoCloseable {
+    private var one: Option[TestApi] = None
+
+    def use[A](f: TestApi => A): A =
+      if (shared) f(synchronized { if (one.isEmpty) one = Some(start()); one.get })
+      else {
+        val api = start()
+        try f(api) finally api.close()
+      }
+
+    private def start(): TestApi = {
+      val t0 = System.nanoTime()
+      val api = TestApi.start(choice.name)
+      BenchOut.progress(f"API server ${api.name} at ${api.url} up in ${(System.nanoTime() - t0) / 1e9}%.1f s")
+      api
+    }
+
+    /** The fields naming the API server, where the DELETE counts come from, and any fallback. */
+    def fields(api: TestApi): Seq[(String, Any)] = BenchApi.fields(api) ++ choice.fallback.map("api_server_fallback" -> _)
+
+    override def close(): Unit = synchronized {
+      one.foreach(a => scala.util.Try(a.close()))
+      one = None
+    }
+  }
+
+  /** `api_server` (e.g. `kube-apiserver-1.34.4`, `mock`, `pods-api`) and `count_source`. */
+  def fields(api: TestApi): Seq[(String, Any)] = Seq(
+    "api_server" -> api.name,
+    "count_source" -> (api match {
+      case _: RealKube => "kube-apiserver audit log (requestReceivedTimestamp)"
+      case _ => "the test API server's request log"
+    }))
+
+  /** API writes per driver pod created as a kubelet leaves it: a real server needs a status write too. */
+  def writesPerCreatedPod(api: TestApi, running: Boolean): Int = api match {
+    case _: RealKube if running => 2
+    case _ => 1
+  }
+
+  /** CPU seconds (user + system) kube-apiserver and its etcd used so far; None for a test API server. */
+  def controlPlaneCpuSeconds(api: TestApi): Option[Double] = api match {
+    case k: RealKube =>
+      val etcd = scala.util.Try(new String(java.nio.file.Files.readAllBytes(k.dir.resolve("etcd.pid"))).trim.toLong).toOption
+      val pids = Seq(k.apiserverPid) ++ etcd
+      scala.util.Try(pids.map { pid =>
+        val stat = new String(java.nio.file.Files.readAllBytes(java.nio.file.Paths.get(s"/proc/$pid/stat")))
+        // Fields after the command (which may hold spaces): state is field 3, utime 14, stime 15.
+        val f = stat.substring(stat.lastIndexOf(')') + 2).split(" ")
+        (f(11).toLong + f(12).toLong) / 100.0
+      }.sum).toOption
+    case _ => None
+  }
+
+  def delta(a: Option[Double], b: Option[Double]): Option[Double] = for (x <- a; y <- b) yield y - x
+
+  /** DELETEs by answer code, e.g. `{"200": 100, "404": 3}`. */
+  def codes(ds: Seq[org.podsweep.testkit.Recorded]): scala.collection.immutable.ListMap[String, Int] =
+    scala.collection.immutable.ListMap(ds.groupBy(_.status).toSeq.sortBy(_._1).map { case (c, v) => c.toString -> v.size }: _*)
 }
 
 /** JSON lines on stdout (`{"bench": "<name>", ...}`) and progress on stderr. */

@@ -13,8 +13,9 @@ import org.podsweep.testkit.KyuubiPods
 
 /**
  * A Kyuubi server running podsweep for the lag bench, wired as `testkit.LogicalServer` is (Pod
- * informer on the `kyuubi-unique-tag` label, no resync, Kyuubi's facts -> `observe`) but on a
- * client of [[PodsApi]], and counting events instead of keeping them.
+ * informer on the `kyuubi-unique-tag` label, no resync, Kyuubi's facts -> `observe`) on a client
+ * of the bench's API server (a real kube-apiserver or `testkit.PodsApi`), counting events instead
+ * of keeping them.
  */
 private[bench] final class LagPodsweepServer(val name: String, client: KubernetesClient, conf: Map[String, String])
     extends AutoCloseable {

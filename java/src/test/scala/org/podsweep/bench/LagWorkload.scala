@@ -6,7 +6,7 @@ import java.util.concurrent.{Callable, Executors}
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.KubernetesClient
-import org.podsweep.testkit.{ApiRequest, KyuubiPods, PodsApi}
+import org.podsweep.testkit.{KyuubiPods, Recorded, TestApi}
 
 /** One driver pod's termination as the workload reported it to the API server. */
 private[bench] final case class LagTermination(
@@ -18,30 +18,32 @@ private[bench] final case class LagTermination(
   /** finishedAt (whole seconds, as Kubernetes reports it) + the retain period. */
   def deadline: Long = finishedAtMillis + retainMs
 
-  /** How late the status update completed against its schedule (the mock keeping up, or not). */
+  /** How late the status update completed against its schedule (the API server keeping up, or not). */
   def behindScheduleMs: Long = reportedAtMillis - scheduledAtMillis
 }
 
 /**
- * The lag bench's workload in one namespace of a [[PodsApi]]: `pods` running Spark driver
- * pods, then their terminations paced evenly over `spreadMs` (a status update whose driver
- * container `finishedAt` is the second the update is sent), so that deadlines fall within the
- * spread. Requests go out from a small thread pool.
+ * The lag bench's workload in one namespace of a [[TestApi]] (a real kube-apiserver, or
+ * [[org.podsweep.testkit.PodsApi]]): `pods` running Spark driver pods (created as a kubelet leaves
+ * them, [[TestApi.createPod]]: on a real API server a create and a `pods/status` write), then
+ * their terminations paced evenly over `spreadMs` (a status update whose driver container
+ * `finishedAt` is the second the update is sent), so that deadlines fall within the spread.
+ * Requests go out from a small thread pool.
  */
 private[bench] final class LagWorkload(
-    api: PodsApi,
+    api: TestApi,
     val namespace: String,
     val pods: Int,
     val spreadMs: Long,
     val retainMs: Long,
-    threads: Int = 8) extends AutoCloseable {
+    threads: Int = 16) extends AutoCloseable {
   private val admin: KubernetesClient = api.client("lag-admin")
 
   def podName(i: Int): String = f"spark-driver-$i%05d"
 
   /** Creates the running driver pods; returns them as the API server stored them (uid, version). */
   def create(): Seq[Pod] = LagWorkload.parallel(0 until pods, threads) { i =>
-    admin.pods().inNamespace(namespace).resource(KyuubiPods.driver(podName(i))).create()
+    api.createPod(admin, namespace, KyuubiPods.driver(podName(i)))
   }
 
   /** Terminates pod i at start + i * spread / pods (Succeeded, every third Failed). */
@@ -59,16 +61,18 @@ private[bench] final class LagWorkload(
     }
   }
 
-  /** Every pod DELETE request of this namespace the API server received. */
-  def deletes: Seq[ApiRequest] = api.podDeletes(namespace)
+  /**
+   * Every pod DELETE request of this namespace the API server received (a real one: from its audit
+   * log, the harness's own left out), by arrival.
+   */
+  def deletes: Seq[Recorded] = api.podDeletes(namespace).sortBy(_.atMillis)
 
   /** Pods with at least one DELETE the API server carried out (200). */
-  def deletedPods(ds: Seq[ApiRequest] = deletes): Set[String] =
-    ds.iterator.filter(_.status == 200).flatMap(_.pod).toSet
+  def deletedPods(ds: Seq[Recorded] = deletes): Set[String] = LagWorkload.deletedPods(ds)
 
   /** The first DELETE (by arrival at the API server) of each pod that received one. */
-  def firstDeletes(ds: Seq[ApiRequest] = deletes): Map[String, ApiRequest] =
-    ds.groupBy(_.pod.get).map { case (pod, rs) => pod -> rs.minBy(_.atMillis) }
+  def firstDeletes(ds: Seq[Recorded] = deletes): Map[String, Recorded] =
+    ds.groupBy(LagWorkload.podOf).map { case (pod, rs) => pod -> rs.minBy(_.atMillis) }
 
   /**
    * Waits until every pod was deleted or `untilMillis`; returns the pods deleted. Progress on
@@ -92,6 +96,12 @@ private[bench] final class LagWorkload(
 }
 
 private[bench] object LagWorkload {
+  /** The pod's name of a DELETE of one pod. */
+  def podOf(r: Recorded): String = r.pod.map(_._2).getOrElse(r.bare)
+
+  /** Pods with at least one DELETE the API server carried out (200). */
+  def deletedPods(ds: Seq[Recorded]): Set[String] = ds.iterator.filter(_.status == 200).map(podOf).toSet
+
   /** Runs `f` over `items` on `threads` threads, in order of submission; results in item order. */
   def parallel[A, B](items: Seq[A], threads: Int)(f: A => B): Seq[B] = {
     val pool = Executors.newFixedThreadPool(threads)

@@ -1,0 +1,323 @@
+package org.podsweep.bench
+
+import java.nio.file.Paths
+import java.time.Instant
+import java.time.temporal.ChronoUnit
+
+import scala.collection.immutable.ListMap
+
+import io.fabric8.kubernetes.api.model.Pod
+import org.apache.curator.test.TestingServer
+import org.podsweep.demo.Phases
+import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, TestApi, ZooKeeperBackend}
+
+/**
+ * `drain`: a backlog of overdue terminated driver pods (their containers finished an hour ago, far
+ * past the retain period) is already there when cleanup takes over, as after an outage of the
+ * cleanup or the first roll-out of a fleet; one server starts over them:
+ *  1. podsweep at its DEFAULT DELETE rate limit (10 qps, burst 20, 8 in flight): a patched Kyuubi
+ *     1.12.0 server starts, its informer lists the pods, it becomes the scope's leader (ZooKeeper)
+ *     and deletes what is overdue. At 10 a second 10,000 pods take about 1,000 s, so this run is
+ *     measured over a fixed window from its first DELETE ([[Size.defaultWindowMs]], 60 s in the
+ *     full run) and the line says so (`measured_over`); the server is then closed (podsweep's
+ *     close() deletes nothing) with the rest of the backlog still there;
+ *  2. podsweep at a RAISED limit ([[RaisedQps]], burst [[RaisedBurst]], in flight still the default
+ *     8): the same, measured until every pod is gone;
+ *  3. stock Kyuubi 1.12.0: one server starts over the same backlog. It marks every terminated pod
+ *     it lists at start (`cleanTerminatedAppPodsOnKubernetesClientInitialize`), each entry expires a
+ *     retain period after that, and the cache's removal listener deletes them, one synchronous DELETE
+ *     after the other (in the check thread's `cleanUp()`, and in cache writes on the informer thread);
+ *     each DELETE event arms the entry again, so a retain period later it sends a second DELETE that
+ *     answers 404. Measured until every pod is gone and no DELETE came for retain + check interval
+ *     + [[Size.quietExtraMs]]. Kyuubi's retain period (5 min) and check interval (1 min) are shortened to
+ *     [[Size.retainMs]] and 1 s (the same retain for podsweep), which moves when stock Kyuubi
+ *     starts, not how fast it deletes or how often.
+ *
+ * The API server is a real kube-apiserver (scripts/kube; a fresh one per run, one for all three in
+ * the smoke pass); every figure about DELETEs comes from its audit log: `requestReceivedTimestamp`
+ * and the answer code of each DELETE sent with the server's own ServiceAccount. Rates are over the
+ * DELETEs that deleted a pod (answered 200): `deletes_per_s` from the first to the last of them in
+ * the measured span, `steady_deletes_per_s` over the middle 80 % of them (the burst at the start
+ * and the tail left out), `peak_deletes_in_1s` the most that arrived within one second. Errors are
+ * the audit log's other answer codes (404, 409, 429, 5xx) and the servers' own counts
+ * (`client_deletes`, podsweep's outcome classes, read just before the server is closed: a DELETE
+ * still in flight then counts in the audit log only). `PODSWEEP_BENCH_API=pods-api` runs it on
+ * the bench's own API server instead ([[BenchApi]]). One JSON line per run.
+ */
+object DrainBench {
+  /** Sizes of one bench pass. */
+  final case class Size(
+      pods: Int,
+      defaultWindowMs: Long,
+      retainMs: Long,
+      checkIntervalMs: Long,
+      drainTimeoutMs: Long,
+      createThreads: Int,
+      /** Stock Kyuubi's run ends when no DELETE came for retain + check interval + this. */
+      quietExtraMs: Long,
+      /** After the last pod went, how long the run waits for any DELETE that follows (none expected). */
+      settleMs: Long)
+
+  val Full = Size(
+    pods = sys.env.get("PODSWEEP_BENCH_DRAIN_PODS").flatMap(s => scala.util.Try(s.trim.toInt).toOption).filter(_ > 0).getOrElse(10000),
+    defaultWindowMs = 60000, retainMs = 10000, checkIntervalMs = 1000, drainTimeoutMs = 15 * 60 * 1000L, createThreads = 8,
+    quietExtraMs = 3000, settleMs = 2000)
+  val Smoke = Size(pods = 100, defaultWindowMs = 3000, retainMs = 2000, checkIntervalMs = 1000,
+    drainTimeoutMs = 60000, createThreads = 8, quietExtraMs = 1000, settleMs = 500)
+
+  /** When the pods' driver containers finished: long before the run (all overdue). */
+  val FinishedAgoS = 3600L
+
+  val DefaultQps = 10
+  val DefaultBurst = 20
+  val DefaultMaxInFlight = 8
+  val RaisedQps = 1000
+  val RaisedBurst = 100
+
+  private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
+  /** Kyuubi's default `kyuubi.ha.zookeeper.session.timeout`. */
+  private val SessionTimeoutMs = 60000
+  private val Server = "server-1"
+
+  def run(smoke: Boolean): Unit = {
+    val size = if (smoke) Smoke else Full
+    KyuubiHome.patchedMissing.foreach(w => throw new IllegalStateException(s"drain needs patched Kyuubi 1.12.0: $w"))
+    val apis = new BenchApi.Pool(BenchApi.choose("drain", fallback = "pods-api"), shared = smoke)
+    val zk = new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = SessionTimeoutMs)
+    try {
+      podsweep(apis, zk, size, raised = false)
+      podsweep(apis, zk, size, raised = true)
+      stock(apis, size)
+    } finally {
+      zk.close()
+      apis.close()
+    }
+  }
+
+  /** The backlog: `pods` driver pods whose containers finished [[FinishedAgoS]] ago (every third Failed). */
+  private def backlog(api: TestApi, ns: String, size: Size): (Double, Int) = {
+    val admin = api.client("drain-admin")
+    try {
+      val finished = Instant.now().minusSeconds(FinishedAgoS).truncatedTo(ChronoUnit.SECONDS)
+      val t0 = System.nanoTime()
+      LagWorkload.parallel(0 until size.pods, size.createThreads) { i =>
+        // Created Pending (a real API server keeps no other status on create), then the status a
+        // kubelet wrote when the driver ended.
+        val created: Pod = api.createPod(admin, ns, KyuubiPods.driver(f"spark-driver-$i%05d", phase = "Pending"))
+        admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(created, i % 3 != 2, finished)).updateStatus()
+      }
+      ((System.nanoTime() - t0) / 1e9, 2)
+    } finally admin.close()
+  }
+
+  /** The server's DELETEs in `ns` (audit log of a real API server), by arrival. */
+  private def deletes(api: TestApi, ns: String): Seq[Recorded] =
+    api.podDeletes(ns).filter(_.bearer.contains(Server)).sortBy(_.atMillis)
+
+  /** Waits until `done` or `untilMillis`, progress every 10 s. */
+  private def await(label: String, untilMillis: Long)(done: => Boolean)(note: => String): Boolean = {
+    var nextNote = System.currentTimeMillis() + 10000
+    var ok = done
+    while (!ok && System.currentTimeMillis() < untilMillis) {
+      Thread.sleep(250)
+      ok = done
+      if (System.currentTimeMillis() >= nextNote) {
+        BenchOut.progress(s"drain $label: $note")
+        nextNote += 10000
+      }
+    }
+    ok
+  }
+
+  /** Rates over the DELETEs that deleted a pod (200), in arrival order. */
+  private def rates(deleted: Seq[Recorded]): Seq[(String, Any)] = {
+    val ts = deleted.map(_.atMillis).sorted.toVector
+    def rate(from: Int, to: Int): Double =
+      if (to <= from || ts(to) == ts(from)) Double.NaN else (to - from) * 1000.0 / (ts(to) - ts(from))
+    val n = ts.size
+    val peak = if (ts.isEmpty) 0 else {
+      var best = 0
+      var j = 0
+      for (i <- ts.indices) {
+        while (ts(i) - ts(j) >= 1000) j += 1
+        best = best.max(i - j + 1)
+      }
+      best
+    }
+    Seq(
+      "deletes_per_s" -> (if (n < 2) Double.NaN else rate(0, n - 1)),
+      "steady_deletes_per_s" -> (if (n < 10) Double.NaN else rate(n / 10, n - 1 - n / 10)),
+      "peak_deletes_in_1s" -> peak,
+      "first_to_last_delete_s" -> (if (n < 2) Double.NaN else (ts.last - ts.head) / 1000.0))
+  }
+
+  /** Answer codes of `ds` as the line reports them. */
+  private def errors(ds: Seq[Recorded]): Seq[(String, Any)] = Seq(
+    "delete_codes" -> BenchApi.codes(ds),
+    "not_found_404" -> ds.count(_.status == 404),
+    "conflict_409" -> ds.count(_.status == 409),
+    "throttled_429" -> ds.count(_.status == 429),
+    "server_errors_5xx" -> ds.count(_.status >= 500),
+    "other_errors" -> ds.count(d => d.status != 200 && d.status != 404 && d.status != 409 && d.status != 429 && d.status < 500))
+
+  private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, raised: Boolean): Unit = apis.use { api =>
+    val label = if (raised) "podsweep-raised" else "podsweep-default"
+    val ns = s"drain-$label"
+    val (qps, burst) = if (raised) (RaisedQps, RaisedBurst) else (DefaultQps, DefaultBurst)
+    BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
+    val (createS, writesPerPod) = backlog(api, ns, size)
+    BenchOut.progress(f"drain $label: created in $createS%.1f s (${size.pods / createS}%.0f pods/s); starting a patched Kyuubi server")
+    val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs) ++
+      Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++
+      (if (raised) Map(P + "rateLimit.qps" -> qps.toString, P + "rateLimit.burst" -> burst.toString) else Map.empty)
+    val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
+    val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
+    val start = System.currentTimeMillis()
+    val server = new KyuubiServer(Server, KyuubiHome.Patched, conf, logDir, heapMb = 1024)
+    try {
+      val ready = System.currentTimeMillis()
+      var leaderAt: Option[Long] = None
+      val deadline = start + size.drainTimeoutMs
+      await(label, start + 120000) {
+        if (leaderAt.isEmpty && server.isLeader(ns)) leaderAt = Some(System.currentTimeMillis())
+        leaderAt.isDefined
+      }(s"no leader yet")
+      require(leaderAt.isDefined, s"drain $label: $Server not leading $ns after 120 s (log: ${server.logFile})")
+      await(label, start + 120000)(deletes(api, ns).nonEmpty)("no DELETE yet")
+      val firstAt = deletes(api, ns).headOption.map(_.atMillis)
+        .getOrElse(throw new IllegalStateException(s"drain $label: no DELETE within 120 s of the start (log: ${server.logFile})"))
+      def deletedPods: Int = LagWorkload.deletedPods(deletes(api, ns)).size
+      val windowEnd = if (raised) None else Some(firstAt + size.defaultWindowMs)
+      val drained = windowEnd match {
+        case Some(end) =>
+          // A second past the window, so that every DELETE that arrived in it is in the audit log.
+          await(label, end + 1000)(false)(s"$deletedPods/${size.pods} pods deleted")
+          deletedPods >= size.pods
+        case None =>
+          val ok = await(label, deadline)(deletedPods >= size.pods)(s"$deletedPods/${size.pods} pods deleted")
+          Thread.sleep(size.settleMs) // any DELETE that follows the last pod's (none expected)
+          ok
+      }
+      val status = server.status(ns)
+      val outcomes = Phases.OutcomeClasses.map(c => c -> status.outcome(c)).toMap
+      val loud = server.log.count(l => l.matches("^\\S+ (WARN|ERROR) .*"))
+      server.close()
+      val cpu1 = BenchApi.controlPlaneCpuSeconds(api)
+      val all = deletes(api, ns)
+      val measured = windowEnd.map(end => all.filter(_.atMillis < end)).getOrElse(all)
+      val ok = measured.filter(_.status == 200)
+      val lastPodAt = if (drained) Some(all.filter(_.status == 200).map(_.atMillis).max) else None
+      BenchOut.line("drain", (Seq(
+        "system" -> "podsweep",
+        "kind" -> KyuubiHome.Patched.label,
+        "pods" -> size.pods,
+        "finished_ago_s" -> FinishedAgoS,
+        "retain_ms" -> size.retainMs,
+        "backend" -> zk.name,
+        "rate_limit" -> (if (raised) "raised" else "default"),
+        "rate_limit_qps" -> qps,
+        "rate_limit_burst" -> burst,
+        "max_in_flight" -> DefaultMaxInFlight) ++
+        apis.fields(api) ++
+        Seq(
+          "measured_over" -> (if (raised) "whole drain (first DELETE to last pod deleted)"
+            else s"first ${size.defaultWindowMs / 1000} s after the first DELETE (the whole drain at 10 qps would take ~${size.pods / DefaultQps} s)"),
+          "deletes_in_span" -> measured.size,
+          "pods_deleted_in_span" -> LagWorkload.deletedPods(measured).size) ++
+        rates(ok) ++
+        Seq(
+          "drained" -> drained,
+          "drain_s_from_first_delete" -> lastPodAt.map(l => (l - firstAt) / 1000.0),
+          "drain_s_from_server_start" -> lastPodAt.map(l => (l - start) / 1000.0),
+          "pods_left" -> (size.pods - LagWorkload.deletedPods(all).size),
+          "server_start_to_ready_s" -> (ready - start) / 1000.0,
+          "server_start_to_leader_s" -> leaderAt.map(l => (l - start) / 1000.0),
+          "server_start_to_first_delete_s" -> (firstAt - start) / 1000.0,
+          "delete_requests" -> all.size,
+          "pods_deleted_twice" -> all.filter(_.status == 200).groupBy(LagWorkload.podOf).count(_._2.size > 1)) ++
+        errors(all) ++
+        Seq(
+          "client_deletes" -> outcomes.values.sum,
+          "podsweep_outcomes" -> ListMap(outcomes.toSeq.sortBy(_._1): _*),
+          "warn_error_lines" -> loud,
+          "create_s" -> createS,
+          "create_writes_per_s" -> size.pods * writesPerPod / createS,
+          "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
+          "smoke" -> (size == Smoke))): _*)
+    } finally scala.util.Try(server.close())
+  }
+
+  private def stock(apis: BenchApi.Pool, size: Size): Unit = apis.use { api =>
+    val label = "stock"
+    val ns = s"drain-$label"
+    BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
+    val (createS, writesPerPod) = backlog(api, ns, size)
+    BenchOut.progress(f"drain $label: created in $createS%.1f s; starting a stock Kyuubi 1.12.0 server")
+    val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs)
+    val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
+    val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
+    val start = System.currentTimeMillis()
+    val server = new KyuubiServer(Server, KyuubiHome.Stock, conf, logDir, heapMb = 1024)
+    try {
+      val ready = System.currentTimeMillis()
+      val deadline = start + size.drainTimeoutMs
+      def deletedPods: Int = LagWorkload.deletedPods(deletes(api, ns)).size
+      val drained = await(label, deadline)(deletedPods >= size.pods)(s"$deletedPods/${size.pods} pods deleted")
+      // The second round: each DELETE event armed the pod's entry again; a retain period (and the
+      // next check) later the server deletes it again and gets 404. Quiet = no DELETE for
+      // retain + check interval + a few seconds.
+      val quietMs = size.retainMs + size.checkIntervalMs + size.quietExtraMs
+      await(label, deadline) {
+        val last = deletes(api, ns).lastOption.map(_.atMillis).getOrElse(0L)
+        System.currentTimeMillis() - last >= quietMs
+      }(s"${deletes(api, ns).size} DELETEs so far")
+      val failed = server.logLines("Failed to delete pod").size
+      val completed = server.logLines("Operation of delete pod").size
+      val loud = server.log.count(l => l.matches("^\\S+ (WARN|ERROR) .*"))
+      // Not stop(): stock stop() deletes every pod its cache still holds (not measured here).
+      server.kill()
+      val cpu1 = BenchApi.controlPlaneCpuSeconds(api)
+      val all = deletes(api, ns)
+      val ok = all.filter(_.status == 200)
+      val firstAt = all.headOption.map(_.atMillis)
+      val lastPodAt = if (ok.isEmpty) None else Some(ok.map(_.atMillis).max)
+      val second = all.filter(_.status == 404)
+      BenchOut.line("drain", (Seq(
+        "system" -> "baseline",
+        "kind" -> KyuubiHome.Stock.label,
+        "pods" -> size.pods,
+        "finished_ago_s" -> FinishedAgoS,
+        "retain_ms" -> size.retainMs,
+        "check_interval_ms" -> size.checkIntervalMs,
+        "rate_limit" -> "none (Kyuubi 1.12.0 has no DELETE rate limit)") ++
+        apis.fields(api) ++
+        Seq(
+          "measured_over" -> s"whole run (until no DELETE for retain + check interval + ${size.quietExtraMs / 1000.0} s)",
+          "deletes_in_span" -> all.size,
+          "pods_deleted_in_span" -> LagWorkload.deletedPods(all).size) ++
+        rates(ok) ++
+        Seq(
+          "drained" -> drained,
+          "drain_s_from_first_delete" -> (for (f <- firstAt; l <- lastPodAt) yield (l - f) / 1000.0),
+          "drain_s_from_server_start" -> lastPodAt.map(l => (l - start) / 1000.0),
+          "pods_left" -> (size.pods - LagWorkload.deletedPods(all).size),
+          "server_start_to_ready_s" -> (ready - start) / 1000.0,
+          "server_start_to_first_delete_s" -> firstAt.map(f => (f - start) / 1000.0),
+          "delete_requests" -> all.size,
+          "deletes_per_pod" -> all.size.toDouble / size.pods,
+          "pods_deleted_twice" -> ok.groupBy(LagWorkload.podOf).count(_._2.size > 1),
+          "second_round_deletes" -> second.size,
+          "second_round_deletes_per_s" -> (if (second.size < 2) Double.NaN
+            else (second.size - 1) * 1000.0 / (second.map(_.atMillis).max - second.map(_.atMillis).min).max(1))) ++
+        errors(all) ++
+        Seq(
+          "client_deletes" -> (failed + completed),
+          "failed_to_delete_lines" -> failed,
+          "warn_error_lines" -> loud,
+          "create_s" -> createS,
+          "create_writes_per_s" -> size.pods * writesPerPod / createS,
+          "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
+          "smoke" -> (size == Smoke))): _*)
+    } finally scala.util.Try(server.kill())
+  }
+}
