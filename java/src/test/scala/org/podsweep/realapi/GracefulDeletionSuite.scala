@@ -9,11 +9,13 @@ import scala.util.Try
 import io.fabric8.kubernetes.client.KubernetesClient
 import org.podsweep.testkit.{FleetServer, HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, LogicalServer, NodeSim, PodsweepDaemon, RealKube}
 import org.scalatest.concurrent.Eventually._
+import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 import org.scalatest.time.{Millis, Seconds, Span}
 
 /**
- * A real kube-apiserver's deletion rules, against podsweep's "one DELETE per pod":
+ * A real kube-apiserver's deletion rules (a control plane of this suite's own), against podsweep's
+ * "one DELETE per pod":
  *
  *  - a Spark driver pod whose driver container ended while its sidecar runs (phase Running, so it
  *    is Kyuubi's FINISHED / FAILED only with `kyuubi.kubernetes.application.state.source=CONTAINER`),
@@ -28,10 +30,20 @@ import org.scalatest.time.{Millis, Seconds, Span}
  *    behind the API server (a lagging or broken watch): here an in-process podsweep whose
  *    informer stops passing events on ([[LogicalServer.mute]]) just before the swap.
  */
-class GracefulDeletionSuite extends AnyFunSuite {
+class GracefulDeletionSuite extends AnyFunSuite with BeforeAndAfterAll {
   implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(120, Seconds), Span(200, Millis))
 
-  private lazy val kube: RealKube = RealKube.sharedInstance
+  // A control plane of its own: no kubelet stand-in of other suites ([[RealKube.startNodeSim]])
+  // may finish the Terminating pods before this suite says so.
+  private var kubeOpt: Option[RealKube] = None
+  private def kube: RealKube = synchronized {
+    kubeOpt.getOrElse {
+      val k = new RealKube(Files.createTempDirectory("podsweep-kube-graceful-"))
+      kubeOpt = Some(k)
+      k
+    }
+  }
+  override protected def afterAll(): Unit = try kubeOpt.foreach(_.close()) finally super.afterAll()
   private lazy val admin: KubernetesClient = kube.admin
   private lazy val logDir: Path = Files.createTempDirectory("podsweep-realapi-graceful-")
   import RealApi._
@@ -79,8 +91,7 @@ class GracefulDeletionSuite extends AnyFunSuite {
     held.foreach(n => dropFinalizers(admin, ns, n))
     Thread.sleep(1000)
     held.foreach(n => assert(get(admin, ns, n).isDefined, s"$n went without its kubelet"))
-    // A kubelet stand-in of this test's own: it finishes the Terminating pods its first list finds
-    // (the JVM's shared one watches without a resourceVersion, which this control plane refuses).
+    // A kubelet stand-in of this test's own, started only now.
     val kubelet = new NodeSim(kube)
     try eventually(held.foreach(n => assert(get(admin, ns, n).isEmpty, s"$n still there")))
     finally kubelet.close()

@@ -3,6 +3,7 @@ package org.podsweep.realapi
 import java.io.{BufferedReader, FileInputStream, InputStreamReader}
 import java.net.URL
 import java.nio.charset.StandardCharsets
+import java.nio.file.Files
 import java.security.KeyStore
 import java.security.cert.CertificateFactory
 import java.time.Instant
@@ -18,14 +19,16 @@ import io.fabric8.kubernetes.client.KubernetesClient
 import io.fabric8.kubernetes.client.informers.ResourceEventHandler
 import org.podsweep.testkit.{KyuubiPods, LogicalServer, RealKube}
 import org.scalatest.concurrent.Eventually._
+import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 import org.scalatest.time.{Millis, Seconds, Span}
 
 /**
- * Where a real kube-apiserver (v1.34.4, [[RealKube]]) differs from the fakes podsweep was tested
- * against until now, in ways that matter to podsweep: the fabric8 CRUD mock ([[org.podsweep.testkit.MockKube]])
- * and our pods API server ([[org.podsweep.testkit.PodsApi]]). One test per difference; each
- * asserts what the real server does.
+ * Where a real kube-apiserver (v1.34.4, [[RealKube]], a control plane of this suite's own)
+ * differs from the fakes podsweep was tested against until now, in ways that matter to podsweep:
+ * the fabric8 CRUD mock ([[org.podsweep.testkit.MockKube]]) and our pods API server
+ * ([[org.podsweep.testkit.PodsApi]]). One test per difference; each asserts what the real server
+ * does. (The fakes' side is from their code and their own suites, not re-run here.)
  *
  *  1. Status on create: a pod created with a status (phase Succeeded) is stored `Pending`; only
  *     the `pods/status` subresource sets it, as a kubelet does, and its times in whole seconds (a
@@ -42,9 +45,12 @@ import org.scalatest.time.{Millis, Seconds, Span}
  *     recreated", `details.kind` `Pod`. PodsApi writes the older wording ("Precondition failed:
  *     UID in precondition: ..., UID in object meta: ...") and `details.kind` `pods`.
  *  1. API Priority and Fairness: a rejected request is answered 429 with a `Retry-After` in whole
- *     seconds (1 in most of our runs, 2 in some: it is not a constant) and a plain-text body
- *     ("Too many requests, please try again later."), not a `Status`; the audit log records it.
- *     The fakes' injected 429s carry a JSON `Status` and the `Retry-After` the test chose.
+ *     seconds and a plain-text body ("Too many requests, please try again later."), not a
+ *     `Status`; the audit log records it. The fakes' injected 429s carry a JSON `Status` and the
+ *     `Retry-After` the test chose.
+ *  1. Under sustained rejection APF's `Retry-After` grows (we saw 1, 2, 4, 8 s for bursts every
+ *     half second): it is computed from the priority level's recent rejections. The fakes answer
+ *     the constant the test chose.
  *  1. Watch bookmarks: sent only when asked (`allowWatchBookmarks`), and sparsely: on a quiet
  *     watch the first comes about 2 s before its `timeoutSeconds` ends (or after a minute), not
  *     after each quiet second as PodsApi sends them.
@@ -57,10 +63,20 @@ import org.scalatest.time.{Millis, Seconds, Span}
  *     kubelet still has to (a DELETE with grace 0). An unscheduled pod goes as soon as its last
  *     finalizer is removed. PodsApi removes either at once.
  */
-class RealVsFakesSuite extends AnyFunSuite {
+class RealVsFakesSuite extends AnyFunSuite with BeforeAndAfterAll {
   implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(60, Seconds), Span(100, Millis))
 
-  private lazy val kube: RealKube = RealKube.sharedInstance
+  // A control plane of its own: no kubelet stand-in ([[RealKube.startNodeSim]]) may finish the
+  // graceful deletions this suite watches, whatever other suites of the JVM started.
+  private var kubeOpt: Option[RealKube] = None
+  private def kube: RealKube = synchronized {
+    kubeOpt.getOrElse {
+      val k = new RealKube(Files.createTempDirectory("podsweep-kube-rvf-"))
+      kubeOpt = Some(k)
+      k
+    }
+  }
+  override protected def afterAll(): Unit = try kubeOpt.foreach(_.close()) finally super.afterAll()
   private lazy val admin: KubernetesClient = kube.admin
   import RealApi._
 
@@ -189,6 +205,33 @@ class RealVsFakesSuite extends AnyFunSuite {
     }
   }
 
+  test("6. APF: under sustained rejection the Retry-After grows (1, 2, 4 s ...), not a constant") {
+    needKube()
+    val n = ns("rvf-apf-sustained")
+    val sa = "rvf-apf-sustained"
+    val client = kube.client(sa)
+    val throttle = new Throttle(kube, "podsweep-realapi-rvf-sustained", Seq(RealKube.ServersNamespace -> sa))
+    val pool = Executors.newFixedThreadPool(12)
+    try {
+      eventually(assert(throttle.active(client, n)))
+      // A burst of 12 concurrent DELETEs every half second for 8 s, whatever the server says.
+      val rounds = (0 until 16).map { r =>
+        val answers = (0 until 12).map(i => async(pool)(deletePod(kube, client, n, s"absent-$r-$i", None)))
+          .map(_.get(60, TimeUnit.SECONDS))
+        Thread.sleep(500)
+        answers.filter(_.code == 429).flatMap(_.header("Retry-After")).map(_.toInt)
+      }
+      info(s"Retry-After per round: ${rounds.map(_.distinct.mkString("/")).mkString(" ")}")
+      val all = rounds.flatten
+      assert(all.nonEmpty && all.forall(_ >= 1))
+      assert(all.max > all.head, s"Retry-After stayed at ${all.distinct}")
+    } finally {
+      throttle.close()
+      pool.shutdownNow()
+      client.close()
+    }
+  }
+
   /** A TLS context trusting only the control plane's CA. */
   private lazy val tls: SSLContext = {
     val cert = CertificateFactory.getInstance("X.509").generateCertificate(new FileInputStream(kube.caFile))
@@ -214,7 +257,7 @@ class RealVsFakesSuite extends AnyFunSuite {
     finally in.close()
   }
 
-  test("6. watch bookmarks: only when asked, and the first on a quiet watch ~2 s before its timeout, not after each quiet second") {
+  test("7. watch bookmarks: only when asked, and the first on a quiet watch ~2 s before its timeout, not after each quiet second") {
     needKube()
     val quiet = ns("rvf-bookmarks")
     val busy = ns("rvf-bookmarks-churn")
@@ -243,7 +286,7 @@ class RealVsFakesSuite extends AnyFunSuite {
     } finally pool.shutdownNow()
   }
 
-  test("7. dryRun: in the DeleteOptions body nothing changes; in the query string beside a body it is ignored; podsweep's dryRun deletes nothing") {
+  test("8. dryRun: in the DeleteOptions body nothing changes; in the query string beside a body it is ignored; podsweep's dryRun deletes nothing") {
     needKube()
     val n = ns("rvf-dryrun")
     // In the body (as kube-rs sends it): 200 with what would happen, nothing changes.
@@ -279,7 +322,7 @@ class RealVsFakesSuite extends AnyFunSuite {
     } finally server.close()
   }
 
-  test("8. removing the finalizer of a Terminating pod bound to a node leaves it to the kubelet; an unscheduled one goes at once") {
+  test("9. removing the finalizer of a Terminating pod bound to a node leaves it to the kubelet; an unscheduled one goes at once") {
     needKube()
     val n = ns("rvf-finalizer")
     val hold = Seq("podsweep.test/hold")

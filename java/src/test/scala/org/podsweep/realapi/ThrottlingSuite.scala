@@ -19,8 +19,9 @@ import org.scalatest.time.{Millis, Seconds, Span}
  * level that admits one request at a time and rejects the rest (`limitResponse: Reject`), and a
  * FlowSchema that sends the podsweep daemons' pod DELETEs (their ServiceAccounts, verb `delete`)
  * to it. With podsweep's rate limit and in-flight cap raised, the leader's DELETEs go out
- * concurrently and most are answered `429` with a `Retry-After` of a second or two (a text/plain
- * body, not a Status). Then the FlowSchema is removed and everything is cleaned.
+ * concurrently and most are answered `429` with a `Retry-After` that grows while the rejections go
+ * on (1, 2, 4 s: see [[RealVsFakesSuite]]) and a text/plain body, not a Status. Then the
+ * FlowSchema is removed and everything is cleaned.
  *
  * What the scope status shows of a `Retry-After` pause: nothing names it (no field for the
  * scope-wide pause or its end); `outcomes.throttled` and `retries` count the 429s. The pause is
