@@ -21,8 +21,9 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
  *     measured over a fixed window from its first DELETE ([[Size.defaultWindowMs]], 60 s in the
  *     full run) and the line says so (`measured_over`); the server is then closed (podsweep's
  *     close() deletes nothing) with the rest of the backlog still there;
- *  2. podsweep at a RAISED limit ([[RaisedQps]], burst [[RaisedBurst]], in flight still the default
- *     8): the same, measured until every pod is gone;
+ *  2. podsweep at a RAISED limit ([[RaisedQps]], burst [[RaisedBurst]], [[RaisedInFlight]] DELETEs in
+ *     flight: at the default 8 the round trip, not the rate, sets the pace): the same, measured
+ *     until every pod is gone;
  *  3. stock Kyuubi 1.12.0: one server starts over the same backlog. It marks every terminated pod
  *     it lists at start (`cleanTerminatedAppPodsOnKubernetesClientInitialize`), each entry expires a
  *     retain period after that, and the cache's removal listener deletes them, one synchronous DELETE
@@ -73,6 +74,7 @@ object DrainBench {
   val DefaultMaxInFlight = 8
   val RaisedQps = 1000
   val RaisedBurst = 100
+  val RaisedInFlight = 32
 
   private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
   /** Kyuubi's default `kyuubi.ha.zookeeper.session.timeout`. */
@@ -169,7 +171,8 @@ object DrainBench {
     BenchOut.progress(f"drain $label: created in $createS%.1f s (${size.pods / createS}%.0f pods/s); starting a patched Kyuubi server")
     val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs) ++
       Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++
-      (if (raised) Map(P + "rateLimit.qps" -> qps.toString, P + "rateLimit.burst" -> burst.toString) else Map.empty)
+      (if (raised) Map(P + "rateLimit.qps" -> qps.toString, P + "rateLimit.burst" -> burst.toString,
+        P + "maxInFlight" -> RaisedInFlight.toString) else Map.empty)
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
     val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
     val start = System.currentTimeMillis()
@@ -217,7 +220,7 @@ object DrainBench {
         "rate_limit" -> (if (raised) "raised" else "default"),
         "rate_limit_qps" -> qps,
         "rate_limit_burst" -> burst,
-        "max_in_flight" -> DefaultMaxInFlight) ++
+        "max_in_flight" -> (if (raised) RaisedInFlight else DefaultMaxInFlight)) ++
         apis.fields(api) ++
         Seq(
           "measured_over" -> (if (raised) "whole drain (first DELETE to last pod deleted)"

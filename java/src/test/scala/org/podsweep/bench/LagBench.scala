@@ -68,6 +68,8 @@ object LagBench {
 
   val RaisedQps = 500
   val RaisedBurst = 500
+  /** DELETEs in flight at the raised limit (at the default 8 the round trip, not the rate, sets the pace). */
+  val RaisedInFlight = 32
   val DefaultQps = 10
   val DefaultBurst = 20
 
@@ -110,12 +112,14 @@ object LagBench {
       "zookeeper_session_timeout_ms" -> SessionTimeoutMs,
       "podsweep_rate_limit_qps" -> qps,
       "podsweep_rate_limit_burst" -> burst,
+      "podsweep_max_in_flight" -> (if (rate.isEmpty) 8 else RaisedInFlight),
       "podsweep_rate_limit" -> (if (rate.isEmpty) "default" else "raised"))) { (api, ns) =>
       val conf = api.clientConf("server-1") ++ Map(
         P + "kind" -> "ALL",
         "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> size.retainMs.toString,
         "kyuubi.ha.namespace" -> s"kyuubi-$label") ++ zk.kyuubiConf ++
-        rate.map { case (q, b) => Map(P + "rateLimit.qps" -> q.toString, P + "rateLimit.burst" -> b.toString) }
+        rate.map { case (q, b) => Map(P + "rateLimit.qps" -> q.toString, P + "rateLimit.burst" -> b.toString,
+          P + "maxInFlight" -> RaisedInFlight.toString) }
           .getOrElse(Map.empty)
       val server = new LagPodsweepServer("server-1", api.client("informer-server-1"), conf)
       server.watch(ns)
