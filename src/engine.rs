@@ -19,6 +19,12 @@
 //!   what the task was last told of that pod (still running, still terminated with no new
 //!   termination time) is answered on the caller's thread ([`crate::seen`]), with the time a
 //!   running pod was last seen handed on with its terminal event; `observed_known` counts them.
+//! * Scopes that name the same cluster and namespace ([`kube_client::resolve`]: `(None, ns)` and
+//!   `(ctx, ns)` when `ctx` is the default context, two contexts on one API server) are served by
+//!   one task with one election, keyed by what they resolve to; its status carries that key as
+//!   `election_scope`. A scope whose cluster cannot be told is elected on its own name (a WARN).
+//! * Every task of a scope (cleanup loop, election, pod watch) is supervised: a panic is logged,
+//!   reported in the scope's health with the reason, and the task runs again after a backoff.
 //! * [`Engine::close`] deletes nothing; it stops every scope task and releases leadership.
 //! * In self-watch mode (`...cleanupTerminatedDriverPod.watch.enabled`), every configured scope
 //!   the allow lists accept campaigns at once, its leader watches its pods

@@ -23,8 +23,15 @@
 //!   answer) the moment the lease deadline passes without renewal, so no request is written
 //!   after the lease lapsed, however long the connection takes.
 //!
+//! * A panic of a scope's election task is caught ([`crate::restart`]): the scope reports
+//!   `Following` without a lease and unhealthy with the reason, and campaigns again after a
+//!   backoff. A ZooKeeper latch node of the failed campaign is deleted by its client; an etcd key
+//!   stays on the lease and is won again by the next campaign.
+//!
 //! # Caveats
 //! * A backend must release leadership before its campaign future returns after cancellation.
+//! * A campaign that panicked does not give its use of the server's shared session back: the
+//!   session then stays open until the engine is dropped, not until its last scope ends.
 
 mod backoff;
 mod driver;

@@ -13,12 +13,19 @@
 //!   later term could delete without a fresh list.
 //! * Any error of the watch (a failed list or watch, an expiry, a broken stream, an API server
 //!   that went away) may have lost events: the scope drops its records as when the watch stops,
-//!   and a fresh list arms them again, after a backoff (0.8 s doubling to 30 s, jittered, reset
-//!   after a minute of watching; none after an expiry, unless the last one was less than a minute
-//!   ago): no tight loop, and no DELETE on facts a
-//!   missed event may have made stale. A stream the server ends cleanly (its timeout) is resumed
-//!   from its last resourceVersion. Building the Kubernetes client is retried from 1 s doubling
-//!   to 1 min.
+//!   and a fresh list arms them again, after a backoff (0.8 s doubling to 5 min, jittered, reset
+//!   after a watch that lasted a minute past its list; none after an expiry, unless the last one
+//!   was less than a minute ago): no tight loop, and no DELETE on facts a missed event may have
+//!   made stale. The backoff is kept across leadership terms: a term that ends less than a minute
+//!   after its list counts as a failed stream, so a leadership that flaps does not relist at once
+//!   each time. A stream the server ends cleanly (its timeout) is resumed from its last
+//!   resourceVersion. Building the Kubernetes client is retried from 1 s doubling to 1 min.
+//! * A list proves nothing about the watch after it: the watch counts as working (and
+//!   `watch_failing_ms` goes back to 0) only once it delivers an event or lasts a minute past its
+//!   list. A watch failing that way for `ha.leaderlessAlertAfter` makes the scope unhealthy,
+//!   with the last error, until it works again or the term ends.
+//! * The watch task is supervised ([`crate::restart`]): a panic drops the scope's records, makes
+//!   the scope unhealthy with the reason, and the task runs again after a backoff.
 //! * The pods are observed through Kyuubi 1.12.0's state mapping ([`crate::kyuubi_state`]).
 //!
 //! # Caveats
