@@ -231,11 +231,13 @@ impl Pace {
         }
     }
 
-    /// Waits until a list may start, and notes that one starts.
+    /// Waits until a list may start, and notes that one starts. A wait cut short (the term
+    /// ended) leaves the time in place for the next term.
     async fn list(&mut self) {
-        if let Some(at) = self.next_at.take() {
+        if let Some(at) = self.next_at {
             tokio::time::sleep_until(at).await;
         }
+        self.next_at = None;
         self.started = Some(Instant::now());
     }
 
