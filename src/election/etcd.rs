@@ -69,7 +69,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use self::lease::LeaseTiming;
 use self::lease::{send_beat, KeepAlive, Reply};
@@ -482,8 +482,9 @@ impl Seat for EtcdSeat {
                         }
                         from = got.header().map_or(from, |h| h.revision() + 1);
                     }
+                    // etcd out of reach: the session's keep-alive reports it and pauses leaders.
                     Err(e) => {
-                        warn!(key = %shown, "cannot read the leader key to watch it again: {e}");
+                        debug!(key = %shown, "cannot read the leader key to watch it again: {e}");
                     }
                 }
             }
