@@ -79,6 +79,9 @@ struct Slot {
     /// The cluster and namespace it names ([`kube_client::resolve`]): the key of its task and
     /// election, shared by every scope that names the same.
     key: Scope,
+    /// The allow lists accepted it (checked on its first event, by its own name, whether or not
+    /// a task already serves its key).
+    admitted: AtomicBool,
     /// What the scope's current task was last told about each pod; cleared when the task is
     /// released.
     seen: SeenPods,
@@ -341,6 +344,7 @@ impl Engine {
         self.interned.slots.push(Arc::new(Slot {
             scope: scope.clone(),
             key,
+            admitted: AtomicBool::new(false),
             seen: SeenPods::default(),
         }));
         ids.insert(scope, id);
@@ -480,6 +484,9 @@ impl Engine {
     /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
     fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<(), EngineError> {
         let scope = &slot.scope;
+        if !slot.admitted.load(Ordering::Acquire) && !self.admit(slot)? {
+            return Ok(());
+        }
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(&slot.key) {
@@ -487,7 +494,22 @@ impl Engine {
                 return Ok(());
             }
         }
-        // First event of a scope (or the first since it was released when idle).
+        // First event of the key (or the first since its task was released when idle).
+        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        let h = scopes
+            .entry(slot.key.clone())
+            .or_insert_with(|| self.start_scope(scope.clone(), slot.key.clone(), Some(slot)));
+        send(h, &slot.seen, &head, obs, self.clock.now());
+        Ok(())
+    }
+
+    /// The allow lists' verdict on a scope's first event, by its own name: `Err` for the first
+    /// event of a refused scope, `Ok(false)` for its later ones (ignored quietly).
+    fn admit(&self, slot: &Slot) -> Result<bool, EngineError> {
+        let scope = &slot.scope;
         if let Some(ns) = &scope.namespace {
             crate::names::check_namespace(ns).map_err(|message| EngineError::Argument {
                 name: "namespace",
@@ -500,7 +522,7 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .contains_key(scope)
         {
-            return Ok(());
+            return Ok(false);
         }
         if let Err(e) = self.check_allowed(scope) {
             warn!(
@@ -511,15 +533,8 @@ impl Engine {
             refused.insert(scope.clone(), e.to_string());
             return Err(e);
         }
-        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
-        if self.closed.load(Ordering::Acquire) {
-            return Err(EngineError::Closed);
-        }
-        let h = scopes
-            .entry(slot.key.clone())
-            .or_insert_with(|| self.start_scope(scope.clone(), slot.key.clone(), Some(slot)));
-        send(h, &slot.seen, &head, obs, self.clock.now());
-        Ok(())
+        slot.admitted.store(true, Ordering::Release);
+        Ok(true)
     }
 
     /// Starts the task of the scopes of `key`, with the Kubernetes client of `scope` (the first

@@ -342,3 +342,42 @@ async fn two_scopes_over_one_namespace_elect_one_leader() {
         e.close_async(Duration::from_secs(5)).await;
     }
 }
+
+/// Item 4, with the allow lists: a scope that shares its key with a scope already served is
+/// still checked against the allow lists by its own name on its first event, and refused.
+#[tokio::test]
+async fn a_scope_sharing_its_key_is_still_checked_against_the_allow_lists() {
+    let backend = common::manual::ManualBackend::default();
+    let signals = backend.signals.clone();
+    let engine = Engine::with_parts(
+        Settings::from_map(conf(&[
+            (keys::CLEANUP_KIND, "ALL"),
+            ("kyuubi.kubernetes.master.address", "http://127.0.0.1:1"),
+            (keys::KUBE_CONTEXT, "prod"),
+            (keys::CONTEXT_ALLOW_LIST, "other"),
+        ]))
+        .unwrap(),
+        "server-a",
+        Arc::new(backend),
+        common::fixture::no_deleters(),
+        Clock::System,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    let running = || observation("r", EventKind::Add, AppState::Running);
+    // No context: not checked (Kyuubi's rule), served.
+    engine
+        .observe(Scope::new(None, Some("spark")), running())
+        .unwrap();
+    // The default context named: the same pods, but `prod` is not in the context allow list.
+    let e = engine
+        .observe(Scope::new(Some("prod"), Some("spark")), running())
+        .expect_err("a refused context was served");
+    assert!(e.to_string().starts_with(keys::CONTEXT_ALLOW_LIST), "{e}");
+    // Later events of the refused scope are ignored quietly.
+    engine
+        .observe(Scope::new(Some("prod"), Some("spark")), running())
+        .unwrap();
+    tokio::task::yield_now().await;
+    assert_eq!(signals.lock().unwrap().len(), 1, "one election");
+}
