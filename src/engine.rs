@@ -19,6 +19,12 @@
 //!   what the task was last told of that pod (still running, still terminated with no new
 //!   termination time) is answered on the caller's thread ([`crate::seen`]), with the time a
 //!   running pod was last seen handed on with its terminal event; `observed_known` counts them.
+//! * Scopes that name the same cluster and namespace ([`kube_client::resolve`]: `(None, ns)` and
+//!   `(ctx, ns)` when `ctx` is the default context, two contexts on one API server) are served by
+//!   one task with one election, keyed by what they resolve to; its status carries that key as
+//!   `election_scope`. A scope whose cluster cannot be told is elected on its own name (a WARN).
+//! * Every task of a scope (cleanup loop, election, pod watch) is supervised: a panic is logged,
+//!   reported in the scope's health with the reason, and the task runs again after a backoff.
 //! * [`Engine::close`] deletes nothing; it stops every scope task and releases leadership.
 //! * In self-watch mode (`...cleanupTerminatedDriverPod.watch.enabled`), every configured scope
 //!   the allow lists accept campaigns at once, its leader watches its pods
@@ -42,6 +48,7 @@ use crate::election::local::LocalBackend;
 use crate::election::zookeeper::ZooKeeperBackend;
 use crate::election::{Backend, ElectionHandle, Leadership};
 use crate::kube_client;
+use crate::metrics::ScopeMetrics;
 use crate::model::Observation;
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};
@@ -69,6 +76,12 @@ impl Interned {
 /// A scope known to the engine, for the engine's whole life.
 struct Slot {
     scope: Scope,
+    /// The cluster and namespace it names ([`kube_client::resolve`]): the key of its task and
+    /// election, shared by every scope that names the same.
+    key: Scope,
+    /// The allow lists accepted it (checked on its first event, by its own name, whether or not
+    /// a task already serves its key).
+    admitted: AtomicBool,
     /// What the scope's current task was last told about each pod; cleared when the task is
     /// released.
     seen: SeenPods,
@@ -118,10 +131,13 @@ pub struct Engine {
     clock: Clock,
     rt: tokio::runtime::Handle,
     sweeper_cfg: SweeperConfig,
+    /// Scope tasks by key ([`Slot::key`]).
     scopes: ScopeTable,
+    /// Each scope's key, once resolved.
+    keys: RwLock<HashMap<Scope, Scope>>,
     /// Scopes the allow lists refused, with the error their first event got.
     refused: RwLock<HashMap<Scope, String>>,
-    interned: Interned,
+    interned: Arc<Interned>,
     next_id: AtomicU64,
     closed: AtomicBool,
     /// Self-watch mode's watch tasks (`None` when the JVM feeds the engine).
@@ -161,6 +177,29 @@ impl Engine {
         clock: Clock,
         rt: tokio::runtime::Handle,
     ) -> Result<Self, EngineError> {
+        let watch_source = watch::kube_clients(settings.raw.clone());
+        Self::with_watch_clients(
+            settings,
+            server_id,
+            backend,
+            source,
+            watch_source,
+            clock,
+            rt,
+        )
+    }
+
+    /// [`Engine::with_parts`] whose self-watch mode builds its watch clients with `watch_source`
+    /// (tests: fault injection).
+    pub fn with_watch_clients(
+        settings: Settings,
+        server_id: &str,
+        backend: Arc<dyn Backend>,
+        source: DeleterSource,
+        watch_source: watch::ClientSource,
+        clock: Clock,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Self, EngineError> {
         if server_id.trim().is_empty() {
             return Err(EngineError::Argument {
                 name: "serverId",
@@ -175,7 +214,7 @@ impl Engine {
         let watches = settings.watch.as_ref().map(|w| {
             // Configured scopes campaign for the engine's whole life.
             sweeper_cfg.idle_release = crate::config::MAX_TIME;
-            Watches::new(watch::kube_clients(settings.raw.clone()), w.state.clone())
+            Watches::new(watch_source, w.state.clone(), settings.leaderless_alert)
         });
         let kind_key = settings
             .watch
@@ -204,8 +243,9 @@ impl Engine {
             rt,
             sweeper_cfg,
             scopes: Arc::default(),
+            keys: RwLock::default(),
             refused: RwLock::default(),
-            interned: Interned::default(),
+            interned: Arc::default(),
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             watches,
@@ -238,10 +278,19 @@ impl Engine {
                 refused.insert(scope.clone(), e.to_string());
                 continue;
             }
-            let h = self.start_scope(scope.clone(), None);
+            let key = self.key_of(scope);
+            if let Some(h) = scopes.get(&key) {
+                warn!(
+                    "Scope {scope} names the same cluster and namespace as scope {} ({key}): one \
+                     watch and one election serve both",
+                    h.scope
+                );
+                continue;
+            }
+            let h = self.start_scope(scope.clone(), key.clone(), None);
             let _enter = self.rt.enter();
-            watches.start(scope, &h);
-            scopes.insert(scope.clone(), h);
+            watches.start(&key, &h);
+            scopes.insert(key, h);
         }
     }
 
@@ -291,8 +340,11 @@ impl Engine {
                 name: "scope",
                 message: "too many distinct scopes".into(),
             })?;
+        let key = self.key_of(&scope);
         self.interned.slots.push(Arc::new(Slot {
             scope: scope.clone(),
+            key,
+            admitted: AtomicBool::new(false),
             seen: SeenPods::default(),
         }));
         ids.insert(scope, id);
@@ -310,15 +362,46 @@ impl Engine {
             })
     }
 
-    /// The slot of a scope, if it was ever observed.
-    fn seen_of(&self, scope: &Scope) -> Option<Arc<Slot>> {
-        let id = *self
-            .interned
-            .ids
+    /// The key of a scope: the cluster and namespace it names ([`kube_client::resolve`]),
+    /// resolved once. A scope whose cluster cannot be told keys its own task and election, as
+    /// before, with one WARN.
+    fn key_of(&self, scope: &Scope) -> Scope {
+        if let Some(k) = self
+            .keys
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .get(scope)?;
-        self.interned.slot(id).cloned()
+            .get(scope)
+        {
+            return k.clone();
+        }
+        let key = kube_client::resolve(&self.settings.raw, scope).unwrap_or_else(|e| {
+            warn!(
+                "Scope {scope}: cannot tell which cluster it names ({e}); it is elected on its own \
+                 name, so a scope that names the same pods otherwise gets a leader of its own"
+            );
+            scope.clone()
+        });
+        let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
+        keys.entry(scope.clone()).or_insert(key).clone()
+    }
+
+    /// The key of a scope already known to this engine.
+    fn known_key(&self, scope: &Scope) -> Option<Scope> {
+        self.keys
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(scope)
+            .cloned()
+    }
+
+    /// Events of the scopes of `key` answered on the caller's thread ([`crate::seen`]).
+    fn answered(&self, key: &Scope) -> u64 {
+        self.interned
+            .slots
+            .iter()
+            .filter(|(_, s)| &s.key == key)
+            .map(|(_, s)| s.seen.answered())
+            .sum()
     }
 
     /// Whether the scope's task already knows what an event of a Kyuubi driver pod says, so the
@@ -347,15 +430,23 @@ impl Engine {
     /// [`Engine::observe`] for a scope resolved once by [`Engine::scope_id`]: the JVM's hot path.
     /// The pod name is checked only when the event can lead to a DELETE or ends a record (a
     /// terminal state, a DELETE event, a deletionTimestamp): a running pod's name is not read,
-    /// and the caller may leave it empty. `head` is `Head::of(&obs)`, which the JNI entry has
-    /// already built (it asked [`Engine::known`] with it), so the UID is not parsed again.
+    /// and the caller may leave it empty. `head` is what the caller asked [`Engine::known`] with;
+    /// it must be `Head::of(&obs)`, and is checked to be (an `IllegalArgumentException` naming
+    /// `head` otherwise): what the scope's task is told is recorded from it, so a summary that
+    /// disagreed with its event would make later events of that pod be answered wrongly.
     pub fn observe_in(
         &self,
         scope_id: u32,
         obs: Observation,
         head: Head,
     ) -> Result<(), EngineError> {
-        debug_assert_eq!(head, Head::of(&obs));
+        let own = Head::of(&obs);
+        if head != own {
+            return Err(EngineError::Argument {
+                name: "head",
+                message: format!("{head:?} does not summarise the event it comes with ({own:?})"),
+            });
+        }
         let full = obs.state.is_terminated() || obs.is_cleaned();
         self.check_observation(&obs, full)?;
         if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
@@ -393,14 +484,32 @@ impl Engine {
     /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
     fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<(), EngineError> {
         let scope = &slot.scope;
+        if !slot.admitted.load(Ordering::Acquire) && !self.admit(slot)? {
+            return Ok(());
+        }
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(h) = scopes.get(scope) {
+            if let Some(h) = scopes.get(&slot.key) {
                 send(h, &slot.seen, &head, obs, self.clock.now());
                 return Ok(());
             }
         }
-        // First event of a scope (or the first since it was released when idle).
+        // First event of the key (or the first since its task was released when idle).
+        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        let h = scopes
+            .entry(slot.key.clone())
+            .or_insert_with(|| self.start_scope(scope.clone(), slot.key.clone(), Some(slot)));
+        send(h, &slot.seen, &head, obs, self.clock.now());
+        Ok(())
+    }
+
+    /// The allow lists' verdict on a scope's first event, by its own name: `Err` for the first
+    /// event of a refused scope, `Ok(false)` for its later ones (ignored quietly).
+    fn admit(&self, slot: &Slot) -> Result<bool, EngineError> {
+        let scope = &slot.scope;
         if let Some(ns) = &scope.namespace {
             crate::names::check_namespace(ns).map_err(|message| EngineError::Argument {
                 name: "namespace",
@@ -413,7 +522,7 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .contains_key(scope)
         {
-            return Ok(());
+            return Ok(false);
         }
         if let Err(e) = self.check_allowed(scope) {
             warn!(
@@ -424,27 +533,28 @@ impl Engine {
             refused.insert(scope.clone(), e.to_string());
             return Err(e);
         }
-        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
-        if self.closed.load(Ordering::Acquire) {
-            return Err(EngineError::Closed);
-        }
-        let h = scopes
-            .entry(scope.clone())
-            .or_insert_with(|| self.start_scope(scope.clone(), Some(slot)));
-        send(h, &slot.seen, &head, obs, self.clock.now());
-        Ok(())
+        slot.admitted.store(true, Ordering::Release);
+        Ok(true)
     }
 
-    /// Starts a scope's task; `slot` is cleared when the task is released (self-watch mode's
-    /// scopes have none and are never released).
-    fn start_scope(&self, scope: Scope, slot: Option<&Arc<Slot>>) -> ScopeHandle {
+    /// Starts the task of the scopes of `key`, with the Kubernetes client of `scope` (the first
+    /// of them); the election is the key's. The slots of the key are cleared when the task is
+    /// released (self-watch mode's scopes have none and are never released).
+    fn start_scope(&self, scope: Scope, key: Scope, slot: Option<&Arc<Slot>>) -> ScopeHandle {
         let _enter = self.rt.enter();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let election = ElectionHandle::start(&self.backend, scope.clone(), self.server_id.clone());
+        let metrics = Arc::new(ScopeMetrics::default());
+        let election = ElectionHandle::supervised(
+            &self.backend,
+            key.clone(),
+            self.server_id.clone(),
+            metrics.clone(),
+            self.sweeper_cfg.leaderless_alert,
+        );
         let release: Release = match (&self.watches, slot) {
             // A configured scope is never released: no event would bring it back.
             (Some(_), _) | (None, None) => Box::new(|_| false),
-            (None, Some(slot)) => release_from(&self.scopes, slot.clone(), id),
+            (None, Some(_)) => release_from(&self.scopes, &self.interned, key, id),
         };
         sweeper::spawn(
             scope,
@@ -454,6 +564,7 @@ impl Engine {
             election,
             self.source.clone(),
             release,
+            metrics,
         )
     }
 
@@ -484,21 +595,30 @@ impl Engine {
 
     /// This server's leadership of a scope, if the scope is known here.
     pub fn leadership(&self, scope: &Scope) -> Option<Leadership> {
+        let key = self.known_key(scope)?;
         let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        scopes.get(scope).map(|h| h.status.borrow().leadership)
+        scopes.get(&key).map(|h| h.status.borrow().leadership)
     }
 
-    /// A JSON snapshot of a scope's state and counters.
+    /// A JSON snapshot of a scope's state and counters (those of the task that serves it, with
+    /// every scope naming the same cluster and namespace).
     pub fn status_json(&self, scope: &Scope) -> String {
+        let key = self.known_key(scope);
         let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        self.status_value(&scopes, scope).to_string()
+        let mut v = self.status_value(&scopes, key.as_ref().unwrap_or(scope));
+        if v["known"] == false {
+            v["scope"] = scope.to_string().into();
+            v["context"] = scope.context.clone().into();
+            v["namespace"] = scope.namespace.clone().into();
+        }
+        v.to_string()
     }
 
-    /// A JSON array with the snapshot of every scope this server knows, sorted by scope.
+    /// A JSON array with the snapshot of every scope task this server runs, sorted by scope.
     pub fn status_all_json(&self) -> String {
         let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
         let mut keys: Vec<&Scope> = scopes.keys().collect();
-        keys.sort();
+        keys.sort_by(|a, b| scopes[*a].scope.cmp(&scopes[*b].scope));
         serde_json::Value::Array(
             keys.into_iter()
                 .map(|s| self.status_value(&scopes, s))
@@ -507,12 +627,11 @@ impl Engine {
         .to_string()
     }
 
-    fn status_value(
-        &self,
-        scopes: &HashMap<Scope, ScopeHandle>,
-        scope: &Scope,
-    ) -> serde_json::Value {
-        let mut v = match scopes.get(scope) {
+    /// The status of the task of `key`: its scope (the first that named the key), and the key
+    /// itself as `election_scope`.
+    fn status_value(&self, scopes: &HashMap<Scope, ScopeHandle>, key: &Scope) -> serde_json::Value {
+        let scope = scopes.get(key).map_or(key, |h| &h.scope);
+        let mut v = match scopes.get(key) {
             None => serde_json::json!({ "known": false, "leadership": "UNKNOWN" }),
             Some(h) => {
                 let st = h.status.borrow().clone();
@@ -526,7 +645,7 @@ impl Engine {
                     .into();
                 // Events the task already knew were answered on the caller's thread
                 // ([`crate::seen`]): `observed` counts them too, `observed_known` them alone.
-                let known = self.seen_of(scope).map_or(0, |s| s.seen.answered());
+                let known = self.answered(key);
                 let reached = v["observed"].as_u64().unwrap_or(0);
                 v["observed"] = (reached + known).into();
                 v["observed_known"] = known.into();
@@ -534,7 +653,7 @@ impl Engine {
             }
         };
         if let Some(w) = &self.watches {
-            w.add_status(scope, &mut v);
+            w.add_status(key, &mut v);
         } else {
             v["watching"] = false.into();
             v["watch_streams"] = 0.into();
@@ -542,6 +661,7 @@ impl Engine {
         v["scope"] = scope.to_string().into();
         v["context"] = scope.context.clone().into();
         v["namespace"] = scope.namespace.clone().into();
+        v["election_scope"] = key.to_string().into();
         v["backend"] = self.backend.name().into();
         v["server_id"] = self.server_id.clone().into();
         v["log_records_dropped"] = crate::logging::dropped().into();
@@ -610,8 +730,9 @@ impl Drop for Engine {
 
 /// How an idle scope task removes itself from the table: under the write lock, only if it is
 /// still this task's entry and no event is waiting in its queue.
-fn release_from(scopes: &ScopeTable, slot: Arc<Slot>, id: u64) -> Release {
+fn release_from(scopes: &ScopeTable, interned: &Arc<Interned>, key: Scope, id: u64) -> Release {
     let table = Arc::downgrade(scopes);
+    let interned = Arc::downgrade(interned);
     Box::new(move |rx| {
         let Some(table) = table.upgrade() else {
             return true;
@@ -620,10 +741,15 @@ fn release_from(scopes: &ScopeTable, slot: Arc<Slot>, id: u64) -> Release {
         if !rx.is_empty() {
             return false;
         }
-        if scopes.get(&slot.scope).is_some_and(|h| h.id == id) {
-            scopes.remove(&slot.scope);
-            // The next task starts from nothing: it must be told everything again.
-            slot.seen.clear();
+        if scopes.get(&key).is_some_and(|h| h.id == id) {
+            scopes.remove(&key);
+            // The next task starts from nothing: it must be told everything again, by every
+            // scope of its key.
+            if let Some(interned) = interned.upgrade() {
+                for (_, slot) in interned.slots.iter().filter(|(_, s)| s.key == key) {
+                    slot.seen.clear();
+                }
+            }
         }
         true
     })

@@ -80,6 +80,84 @@ pub fn namespace(conf: &HashMap<String, String>) -> String {
         .to_owned()
 }
 
+/// The cluster and namespace a scope names: the election key of its cleanup, so that two scopes
+/// over the same pods (`(None, ns)` and `(ctx, ns)` when `ctx` is the default context; two
+/// contexts on one API server) elect one leader between them.
+///
+/// The cluster is the API server URL its client talks to, normalised (scheme, host and port in
+/// lower case, the default port written out, no trailing `/`): `master.address` after the
+/// overlay; else the server of the kubeconfig context it names (`kyuubi.kubernetes.context`,
+/// else the kubeconfig's current context); else, without a kubeconfig, the in-cluster address
+/// (`KUBERNETES_SERVICE_HOST` / `_PORT`). The namespace is the one its pods live in
+/// ([`namespace`]). Reads the kubeconfig file, never the network.
+///
+/// # Errors
+/// A cluster that cannot be told (a context the kubeconfig lacks, no kubeconfig and not in a
+/// pod, a URL that does not parse), described.
+pub fn resolve(raw: &HashMap<String, String>, scope: &Scope) -> Result<Scope, String> {
+    let conf = scope_conf(raw, scope);
+    let cluster = match get(&conf, MASTER) {
+        Some(m) => normalise_url(m)?,
+        None => match kube::config::Kubeconfig::read() {
+            Ok(kc) => {
+                let name = get(&conf, keys::KUBE_CONTEXT)
+                    .map(str::to_owned)
+                    .or(kc.current_context.clone())
+                    .ok_or("the kubeconfig names no current context")?;
+                let ctx = kc
+                    .contexts
+                    .iter()
+                    .find(|c| c.name == name)
+                    .and_then(|c| c.context.as_ref())
+                    .ok_or_else(|| format!("the kubeconfig has no context {name:?}"))?;
+                let server = kc
+                    .clusters
+                    .iter()
+                    .find(|c| c.name == ctx.cluster)
+                    .and_then(|c| c.cluster.as_ref())
+                    .and_then(|c| c.server.as_deref())
+                    .ok_or_else(|| {
+                        format!("the kubeconfig has no server for cluster {:?}", ctx.cluster)
+                    })?;
+                normalise_url(server)?
+            }
+            Err(e) => {
+                let host = std::env::var("KUBERNETES_SERVICE_HOST").ok();
+                let port = std::env::var("KUBERNETES_SERVICE_PORT").ok();
+                match (host, port) {
+                    (Some(h), Some(p)) if get(&conf, keys::KUBE_CONTEXT).is_none() => {
+                        let h = if h.contains(':') { format!("[{h}]") } else { h };
+                        normalise_url(&format!("https://{h}:{p}"))?
+                    }
+                    _ => return Err(format!("no kubeconfig ({e}) and not in a pod")),
+                }
+            }
+        },
+    };
+    Ok(Scope::new(Some(&cluster), Some(&namespace(&conf))))
+}
+
+/// `scheme://host:port[/path]` in lower case with the port written out and no trailing `/`.
+fn normalise_url(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url
+        .trim()
+        .parse()
+        .map_err(|e| format!("API server URL {url:?}: {e}"))?;
+    let scheme = uri
+        .scheme_str()
+        .ok_or_else(|| format!("API server URL {url:?} has no scheme"))?
+        .to_ascii_lowercase();
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("API server URL {url:?} has no host"))?
+        .to_ascii_lowercase();
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "http" { 80 } else { 443 });
+    let path = uri.path().trim_end_matches('/');
+    Ok(format!("{scheme}://{host}:{port}{path}"))
+}
+
 /// Checks the values that can be checked without I/O; each error names its key.
 pub fn validate(conf: &HashMap<String, String>) -> Result<(), KubeClientError> {
     if let Some(m) = get(conf, MASTER) {
@@ -249,6 +327,39 @@ mod tests {
         assert_eq!(c[MASTER], "https://default:6443");
         assert!(!c.contains_key(OAUTH_TOKEN_FILE));
         assert_eq!(namespace(&c), "ns1");
+    }
+
+    #[test]
+    fn a_scope_resolves_to_the_cluster_and_namespace_it_names() {
+        let raw = conf(&[
+            (MASTER, "HTTPS://API.Example:443/"),
+            (keys::KUBE_CONTEXT, "prod"),
+            (
+                "kyuubi.kubernetes.other.master.address",
+                "http://other:8080",
+            ),
+        ]);
+        let one = resolve(&raw, &Scope::new(None, Some("spark"))).unwrap();
+        assert_eq!(
+            one,
+            Scope::new(Some("https://api.example:443"), Some("spark"))
+        );
+        // The default context, named: the same cluster and namespace.
+        assert_eq!(
+            resolve(&raw, &Scope::new(Some("prod"), Some("spark"))).unwrap(),
+            one
+        );
+        // No namespace: the default one.
+        assert_eq!(
+            resolve(&raw, &Scope::new(None, None)).unwrap(),
+            Scope::new(Some("https://api.example:443"), Some("default"))
+        );
+        // Another context with its own API server: another cluster.
+        assert_eq!(
+            resolve(&raw, &Scope::new(Some("other"), Some("spark"))).unwrap(),
+            Scope::new(Some("http://other:8080"), Some("spark"))
+        );
+        assert!(normalise_url("not a url").is_err());
     }
 
     #[test]

@@ -12,19 +12,23 @@
 //!    name is never deleted. Names that are not Kubernetes names are refused; paths are encoded.
 //! 2. Leadership is an efficiency lock, not a correctness lock: two leaders may overlap for a
 //!    moment; the cost is a duplicate DELETE that ends in 404 or 409. The lease is checked at send
-//!    time: a DELETE still in flight when it lapses is dropped.
+//!    time: a DELETE still in flight when it lapses is dropped. Scopes naming the same cluster and
+//!    namespace share one election ([`kube_client::resolve`]).
 //! 3. Deadline = time the pod terminated + retain period; first observation when the pod carries
 //!    no time; a time in the future counts as now; for a pod seen running, never earlier than its
 //!    last running sighting nor its first terminated sighting minus 10 s. A new leader keeps the
 //!    old clock.
-//! 4. A DELETE event or a `deletionTimestamp` means cleaned: the schedule is cancelled and never
-//!    armed again for that UID. A non-terminal state disarms it (no tombstone).
+//! 4. A DELETE event or a `deletionTimestamp` means cleaned: the schedule is cancelled and not
+//!    armed again for that UID while its tombstone lives. A non-terminal state disarms it (no
+//!    tombstone).
 //! 5. The first terminal state of a termination decides, as in Kyuubi.
-//! 6. `close()` deletes nothing; it releases leadership so a successor takes over at once.
+//! 6. `close()` deletes nothing; it releases leadership so a successor takes over at once, waiting
+//!    for that at most the time it is given (the JNI close: 5 s).
 //! 7. JNI entry points never block on the network and never let a panic cross the boundary.
 //! 8. With HA configured but unreachable, nothing is deleted and nothing is lost: pods wait.
 //! 9. A leader that completes no DELETE for `ha.stepDownAfter` while DELETEs are due steps down.
-//! 10. A failed scope task is restarted with its records and reported unhealthy.
+//! 10. A failed scope task (cleanup loop, election, pod watch) is restarted and reported
+//!     unhealthy ([`restart`]).
 //! 11. Self-watch mode ([`watch`]): only a scope's leader watches its pods; a fresh list cancels
 //!     tracked pods absent from it, and a scope drops its records when its watch stops.
 
@@ -43,6 +47,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod restart;
 pub mod schedule;
 pub mod scope;
 pub mod seen;

@@ -25,8 +25,11 @@ pub struct ScopeMetrics {
     health_reason: Mutex<String>,
     pub disarmed: AtomicU64,
     pub spared: AtomicU64,
-    /// Cleanup task restarts after a failure.
+    /// Restarts after a failure of the scope's tasks (cleanup, election, pod watch).
     pub restarts: AtomicU64,
+    /// Commands in the scope task's queue now, and the most it ever held.
+    pub queued: AtomicU64,
+    pub queued_max: AtomicU64,
     /// Age of the oldest pod past its deadline, measured every few seconds.
     pub oldest_overdue_ms: AtomicU64,
     outcomes: [AtomicU64; 8],
@@ -44,6 +47,12 @@ pub const UNHEALTHY_LEADERLESS: u64 = 1;
 pub const UNHEALTHY_CANNOT_DELETE: u64 = 2;
 /// The scope's task failed and was restarted recently.
 pub const UNHEALTHY_RESTARTED: u64 = 4;
+/// The scope's election task failed and was restarted recently.
+pub const UNHEALTHY_ELECTION_RESTARTED: u64 = 8;
+/// The scope's pod watch task failed and was restarted recently (self-watch mode).
+pub const UNHEALTHY_WATCH_RESTARTED: u64 = 16;
+/// The scope's pod watch has failed, list after list, for `ha.leaderlessAlertAfter`.
+pub const UNHEALTHY_WATCH_FAILING: u64 = 32;
 
 /// Upper bound of lag bucket `k`, in seconds.
 fn lag_bound(k: usize) -> f64 {
@@ -145,6 +154,8 @@ impl ScopeMetrics {
             "disarmed": self.disarmed.load(Relaxed),
             "spared": self.spared.load(Relaxed),
             "restarts": self.restarts.load(Relaxed),
+            "queued": self.queued.load(Relaxed),
+            "queued_max": self.queued_max.load(Relaxed),
             "leaderless_ms": match self.leaderless_since_ms.load(Relaxed) {
                 0 => 0,
                 since => epoch_ms().saturating_sub(since),

@@ -228,3 +228,52 @@ async fn overrides_apply_and_a_bad_configuration_exits_2_naming_the_key() {
     assert!(api.exists(NS, "failed"));
     assert_eq!(signal(&mut d, "-TERM").await, 0);
 }
+
+/// Descriptors the process `pid` holds open.
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Issue 22, item 7: slow clients (a request line, then nothing) cannot take the daemon's file
+/// descriptors: past a cap, connections wait in the accept queue; a connection that does not
+/// send its headers in time is closed; and the daemon still answers once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
+    let api = PodsApi::start().await;
+    let mut d = start(&conf_file(&api), &[]).await;
+    let pid = d.child.id().unwrap();
+    let (code, _) = get(&d.url, "/healthz").await;
+    assert_eq!(code, 200);
+    sleep(Duration::from_millis(300)).await;
+    let before = open_fds(pid);
+    let host = d.url.strip_prefix("http://").unwrap().to_owned();
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        let mut s = tokio::net::TcpStream::connect(&host).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    sleep(Duration::from_millis(1000)).await;
+    let during = open_fds(pid);
+    println!("figure: daemon descriptors {before} before, {during} with 200 slow clients");
+    assert!(
+        during <= before + 40,
+        "200 slow clients took {} descriptors of the daemon",
+        during - before
+    );
+    // A slow client is cut off: the first ones the daemon took are closed within the header
+    // read timeout.
+    let mut rest = Vec::new();
+    let cut = timeout(Duration::from_secs(10), slow[0].read_to_end(&mut rest)).await;
+    assert!(cut.is_ok(), "a slow client kept its connection for 10 s");
+    drop(slow);
+    let (code, _) = timeout(Duration::from_secs(10), get(&d.url, "/healthz"))
+        .await
+        .expect("the daemon answers again once the slow clients are gone");
+    assert_eq!(code, 200);
+    assert_eq!(signal(&mut d, "-TERM").await, 0);
+}

@@ -309,6 +309,62 @@ async fn one_leader_per_scope_and_graceful_close_hands_over() {
     assert!(candidates(&server, &scope).await.is_empty());
 }
 
+/// Issue 22, item 3: the leader's own election key is watched. When it disappears (an operator
+/// deletes it, or a resign of an earlier campaign lands late), the next candidate leads, and the
+/// old leader steps down instead of leading on beside it; it campaigns again, behind the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_key_disappears_steps_down() {
+    let _serial = SERIAL.lock().await;
+    init_logs();
+    let server = EtcdServer::start();
+    let etcd = backend(&server.endpoint(), 3);
+    let scope = Scope::new(None, Some("spark"));
+    let a = ElectionHandle::start(&etcd, scope.clone(), "server-a".into());
+    wait_state(&a, Leadership::Leading, Duration::from_secs(15)).await;
+    let b = ElectionHandle::start(&etcd, scope.clone(), "server-b".into());
+    let found = wait_candidates(&server, &scope, 2).await;
+    assert_eq!(found[0].identity, "server-a", "{found:?}");
+
+    // An operator deletes the leader's key.
+    let mut operator = server.client().await;
+    operator
+        .delete(found[0].key.as_str(), None)
+        .await
+        .expect("delete the leader's key");
+    wait_state(&b, Leadership::Leading, Duration::from_secs(10)).await;
+    let t0 = Instant::now();
+    let mut a_status = a.watch();
+    // (The borrow `wait_for` returns is dropped at once: it holds the channel's read lock.)
+    let stepped_down = timeout(
+        Duration::from_secs(5),
+        a_status.wait_for(|s| s.leadership != Leadership::Leading),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    assert!(
+        stepped_down,
+        "server-a still leads {:?} after its key was deleted and server-b leads ({})",
+        t0.elapsed(),
+        a.status().reason
+    );
+    eprintln!(
+        "figure: the old leader stepped down {:?} after the new one led ({})",
+        t0.elapsed(),
+        a.status().reason
+    );
+    // From now on one leader: a campaigns again behind b.
+    let found = wait_candidates(&server, &scope, 2).await;
+    assert_eq!(found[0].identity, "server-b", "{found:?}");
+    assert_eq!(found[1].identity, "server-a", "{found:?}");
+    for _ in 0..20 {
+        assert!(!(a.may_act() && b.may_act()), "two leaders");
+        assert_eq!(a.status().leadership, Leadership::Following);
+        sleep(Duration::from_millis(50)).await;
+    }
+    a.close().await;
+    b.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn different_scopes_can_have_different_leaders() {
     let _serial = SERIAL.lock().await;

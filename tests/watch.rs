@@ -318,10 +318,11 @@ async fn scopes_come_from_the_init_list_and_the_allow_lists_and_observe_is_refus
     let backend = ManualBackend::default();
     let signals = backend.signals.clone();
     let e = engine_with(raw, "server-a", Arc::new(backend));
-    wait_for("three campaigns", LONG, || {
-        signals.lock().unwrap().len() == 3
-    })
-    .await;
+    // `ctx:` has no keys of its own: the same API server, and the default namespace, `spark`. It
+    // names the pods `:spark` names, so one election and one watch serve both (issue 22).
+    wait_for("two campaigns", LONG, || signals.lock().unwrap().len() == 2).await;
+    sleep(Duration::from_millis(200)).await;
+    assert_eq!(signals.lock().unwrap().len(), 2);
     let all: serde_json::Value = serde_json::from_str(&e.status_all_json()).unwrap();
     let scopes: Vec<String> = all
         .as_array()
@@ -332,11 +333,7 @@ async fn scopes_come_from_the_init_list_and_the_allow_lists_and_observe_is_refus
     println!("scopes {scopes:?}");
     assert_eq!(
         scopes,
-        [
-            "<default context>:other",
-            "<default context>:spark",
-            "ctx:<default namespace>"
-        ]
+        ["<default context>:other", "<default context>:spark"]
     );
     let obs = common::fixture::observation("u", EventKind::Update, AppState::Finished);
     let err = e.observe(scope(), obs).unwrap_err();
@@ -378,5 +375,144 @@ async fn a_pod_listed_again_while_its_delete_is_in_flight_is_not_deleted_twice()
     );
     assert_eq!(deletes(&api), [("slow".to_owned(), 200)]);
     assert_eq!(st["tracked"], 0, "settled by the first DELETE");
+    a.close_async(Duration::from_secs(5)).await;
+}
+
+/// Issue 22, item 2: a panic in a scope's watch task does not end its watch for good while the
+/// scope reads LEADING and healthy: the scope reports it (unhealthy, with the reason), drops
+/// what the watch told it, and the task runs again after a backoff and watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_watch_task_is_reported_and_restarted() {
+    let api = PodsApi::start().await;
+    api.create(NS, driver_pod("overdue", Some(3600)));
+    let raw = conf(&api, "PT2S", &[]);
+    let real = podsweep::watch::kube_clients(raw.clone());
+    let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let b = builds.clone();
+    let watch_source: podsweep::watch::ClientSource = Arc::new(move |scope| {
+        if b.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            panic!("injected failure of the watch task");
+        }
+        real(scope)
+    });
+    let backend = ManualBackend::default();
+    let signals = backend.signals.clone();
+    let a = Engine::with_watch_clients(
+        Settings::from_map(raw.clone()).unwrap(),
+        "server-a",
+        Arc::new(backend),
+        kube_source(raw),
+        watch_source,
+        Clock::System,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    lead(&signals).await;
+    wait_for("the failure is reported", LONG, || {
+        let s = status(&a);
+        s["healthy"] == false
+            && s["health_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("pod watch task failed"))
+    })
+    .await;
+    assert_eq!(status(&a)["leadership"], "LEADING");
+    wait_for("the restarted watch deletes the overdue pod", LONG, || {
+        !api.exists(NS, "overdue")
+    })
+    .await;
+    assert!(watching(&a));
+    assert_eq!(status(&a)["restarts"], 1);
+    a.close_async(Duration::from_secs(5)).await;
+}
+
+/// Issue 22, item 6: a watch that fails right after every list (the lists work) is a failing
+/// watch: its failing time is not reset by each list, and after `ha.leaderlessAlertAfter` the
+/// scope (and so the daemon's /healthz) reports it. Lists after failures are paced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_that_fails_after_every_list_is_reported() {
+    let api = PodsApi::start().await;
+    api.set_watch_fail(true);
+    let backend = ManualBackend::default();
+    let signals = backend.signals.clone();
+    let a = engine_with(
+        conf(&api, "PT2S", &[(keys::LEADERLESS_ALERT, "PT3S")]),
+        "server-a",
+        Arc::new(backend),
+    );
+    lead(&signals).await;
+    wait_for("the watch failed a few times", LONG, || {
+        status(&a)["watch_errors"].as_u64().unwrap_or(0) >= 3
+    })
+    .await;
+    let t0 = Instant::now();
+    wait_for("the failing watch is reported", LONG, || {
+        status(&a)["healthy"] == false
+    })
+    .await;
+    let s = status(&a);
+    println!(
+        "reported {:?} after the third error: lists {}, watch requests {}, {}",
+        t0.elapsed(),
+        api.list_requests(),
+        api.watch_requests(),
+        s["health_reason"]
+    );
+    assert!(
+        s["health_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("pod watch has failed")),
+        "{s}"
+    );
+    assert!(s["watch_failing_ms"].as_u64().unwrap_or(0) >= 3000, "{s}");
+    let reasons = podsweep::daemon::exposition::health_reasons(&[s]);
+    assert!(!reasons.is_empty(), "/healthz would answer 200");
+    // Paced: the lists came at least 0.4 s, 0.8 s, 1.6 s ... apart, not one per failure at once.
+    assert!(api.list_requests() <= 6, "{} lists", api.list_requests());
+    // Working again: healthy again once the watch has shown it works.
+    api.set_watch_fail(false);
+    let t1 = Instant::now();
+    for i in 0.. {
+        // An event after the next list shows the watch works.
+        api.create(NS, driver_pod(&format!("probe-{i}"), None));
+        sleep(Duration::from_millis(500)).await;
+        if status(&a)["healthy"] == true {
+            break;
+        }
+        assert!(t1.elapsed() < Duration::from_secs(90), "{}", status(&a));
+    }
+    a.close_async(Duration::from_secs(5)).await;
+}
+
+/// Issue 22, item 6: a leadership that flaps (Paused, Leading again, over and over) does not
+/// relist the namespace at once each time: the pacing of lists holds across leadership terms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flapping_leadership_does_not_relist_at_once_each_time() {
+    let api = PodsApi::start().await;
+    api.create(NS, driver_pod("running", None));
+    let (a, sa) = engine(&api, "server-a", "PT2S");
+    lead(&sa).await;
+    wait_for("a watches", LONG, || watching(&a) && streams(&a) == 1).await;
+    let signal = signal(&sa).await;
+    let before = api.list_requests();
+    for _ in 0..8 {
+        signal.pause("flap");
+        sleep(Duration::from_millis(60)).await;
+        signal.lead_until(Instant::now() + Duration::from_secs(3600), "flap");
+        sleep(Duration::from_millis(60)).await;
+    }
+    let flapped = api.list_requests() - before;
+    println!("8 flaps in about 1 s: {flapped} lists");
+    assert!(flapped <= 3, "{flapped} lists for 8 flaps");
+    // It still watches once the flapping stops.
+    wait_for("watching again", LONG, || {
+        watching(&a) && api.open_watches() == 1
+    })
+    .await;
+    api.create(NS, driver_pod("after-flaps", Some(3600)));
+    wait_for("the pod is deleted", LONG, || {
+        !api.exists(NS, "after-flaps")
+    })
+    .await;
     a.close_async(Duration::from_secs(5)).await;
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{
     keys, parse_bool, parse_time, ConfigError, EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry,
-    ZkSettings, ETCD_CLIENT_CLASS, ZK_CLIENT_CLASS,
+    ZkSettings, ETCD_CLIENT_CLASS, MAX_TIME, ZK_CLIENT_CLASS,
 };
 
 pub(super) fn parse_ha<'a>(
@@ -48,15 +48,29 @@ pub(super) fn parse_ha<'a>(
             ))
         }
     }
+    // Every time key is at most MAX_TIME; the session timeout also fits the protocol's 32-bit
+    // milliseconds.
+    let max_ms = |key: &str| {
+        if key == keys::ZK_SESSION_TIMEOUT {
+            Duration::from_millis(i32::MAX as u64)
+        } else {
+            MAX_TIME
+        }
+    };
     let ms = |key: &str, default: u64| -> Result<Duration, ConfigError> {
         match get(key) {
             None => Ok(Duration::from_millis(default)),
             Some(v) => match v.parse::<u64>() {
-                Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+                Ok(n) if n > 0 && Duration::from_millis(n) <= max_ms(key) => {
+                    Ok(Duration::from_millis(n))
+                }
                 _ => Err(ConfigError::invalid(
                     key,
                     v,
-                    "expected a positive number of milliseconds",
+                    format!(
+                        "expected a positive number of milliseconds, at most {}",
+                        max_ms(key).as_millis()
+                    ),
                 )),
             },
         }

@@ -85,6 +85,18 @@ const FAMILIES: &[Family] = &[
         value: |s| s["oldest_overdue_ms"].as_f64().map(|ms| ms / 1000.0),
     },
     Family {
+        name: "podsweep_queued_commands",
+        kind: "gauge",
+        help: "Events and commands waiting in the scope task's queue.",
+        value: |s| num(&s["queued"]),
+    },
+    Family {
+        name: "podsweep_restarts_total",
+        kind: "counter",
+        help: "Restarts of the scope's tasks (cleanup, election, pod watch) after a failure.",
+        value: |s| num(&s["restarts"]),
+    },
+    Family {
         name: "podsweep_watching",
         kind: "gauge",
         help: "1 while this server holds the scope's pod watch.",

@@ -1,23 +1,51 @@
 //! The daemon's HTTP endpoints: `GET /healthz`, `GET /metrics`, `GET /status`.
+//!
+//! # Guarantees
+//! * At most [`MAX_CONNECTIONS`] connections are open at once: beyond them, new ones wait in the
+//!   kernel's accept queue (they hold no descriptor of this process) until one closes. A slow or
+//!   idle client cannot take the descriptors the election and Kubernetes connections need.
+//! * A client has [`HEADER_READ_TIMEOUT`] to send a request's headers, and a connection lives at
+//!   most [`CONNECTION_LIFETIME`], however it is used; then it is closed.
+//! * A request's buffered headers and body are bounded ([`MAX_BUF`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::exposition;
 use crate::engine::Engine;
 
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 32;
+/// Time allowed to send a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a connection is kept, whatever it does.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+/// Read buffer of a connection (hyper's minimum).
+const MAX_BUF: usize = 8192;
+
 /// Serves until `shutdown` fires (connections already open finish their request).
 pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: CancellationToken) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
+        // A slot first: past the cap, connections wait in the accept queue, not in this process.
+        let slot = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(s) => s,
+                Err(_) => return,
+            },
+        };
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
@@ -32,15 +60,20 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: Cancell
         };
         let engine = engine.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let svc = hyper::service::service_fn(move |req| {
                 let engine = engine.clone();
                 async move { Ok::<_, Infallible>(answer(&engine, &req)) }
             });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                debug!("HTTP connection ended: {e}");
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .max_buf_size(MAX_BUF)
+                .serve_connection(TokioIo::new(stream), svc);
+            match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
+                Ok(Err(e)) => debug!("HTTP connection ended: {e}"),
+                Err(_) => debug!("HTTP connection closed after {CONNECTION_LIFETIME:?}"),
+                Ok(Ok(())) => {}
             }
         });
     }

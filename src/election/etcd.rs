@@ -22,6 +22,9 @@
 //!   is false before anything runs.
 //! * `Leading` needs the campaign to return **and** a read showing that the leader key still
 //!   exists, was created at the campaign's revision and is attached to our lease.
+//! * A leader watches its own leader key: deleted (by an operator, or by a resign of an earlier
+//!   campaign that landed late) or replaced, it stops leading at once and campaigns again, so it
+//!   never leads beside the candidate that the deletion made leader.
 //! * A failed keep-alive, or a keep-alive stream that breaks while idle (the connection went
 //!   down), pauses every leader at once; an overdue keep-alive pauses them when less than half a
 //!   period is left. After the next confirmed keep-alive each reads its key again and leads. A
@@ -54,19 +57,19 @@
 mod lease;
 
 use std::error::Error as _;
-use std::future::{pending, Future};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, ConnectOptions, Error as EtcdError, Identity, LeaderKey, ResignOptions,
-    TlsOptions,
+    Certificate, Client, ConnectOptions, Error as EtcdError, EventType, Identity, LeaderKey,
+    ResignOptions, TlsOptions, WatchOptions, WatchResponse,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use self::lease::LeaseTiming;
 use self::lease::{send_beat, KeepAlive, Reply};
@@ -86,6 +89,8 @@ const BACKOFF_CAP: Duration = Duration::from_secs(10);
 const BEAT_RETRY_BASE: Duration = Duration::from_millis(50);
 /// Upper bound on each unary request (status, grant, get, revoke).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause before a broken watch of the leader key is read and opened again.
+const LOST_WATCH_RETRY: Duration = Duration::from_secs(1);
 /// Upper bound on resign + revoke at close.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 /// TCP connect timeout per endpoint.
@@ -440,9 +445,50 @@ impl Seat for EtcdSeat {
         Box::pin(async move { check.await.map(|()| None) })
     }
 
-    /// Not watched: a lost lease ends the session, and nothing else deletes our key.
+    /// Watches our leader key from the revision after its creation: a DELETE (an operator, a
+    /// resign of an earlier campaign that landed late) or a PUT that replaced it ends the seat,
+    /// so this server steps down while the next candidate leads. A broken or cancelled watch
+    /// (connection trouble, compaction) is followed by a read of the key and a new watch from
+    /// that read's revision; meanwhile the session's keep-alive pauses leaders as it must.
     fn lost(&self) -> BoxFuture<'static, String> {
-        Box::pin(pending())
+        let mut watcher = self.client.watch_client();
+        let (key, rev, lease) = (self.key.key().to_vec(), self.key.rev(), self.lease);
+        let check = self.kv.clone();
+        Box::pin(async move {
+            let shown = String::from_utf8_lossy(&key).into_owned();
+            let mut from = rev + 1;
+            loop {
+                let options = WatchOptions::new().with_start_revision(from);
+                if let Ok(Ok(mut stream)) =
+                    timeout(REQUEST_TIMEOUT, watcher.watch(key.clone(), Some(options))).await
+                {
+                    while let Ok(Some(reply)) = stream.message().await {
+                        if let Some(reason) = seat_event(&reply, &shown, rev, lease) {
+                            return reason;
+                        }
+                        if reply.canceled() {
+                            break;
+                        }
+                    }
+                }
+                tokio::time::sleep(LOST_WATCH_RETRY).await;
+                let mut kv = check.clone();
+                match bounded(kv.get(key.clone(), None)).await {
+                    Ok(got) => {
+                        match got.kvs().first() {
+                            Some(kv) if kv.create_revision() == rev && kv.lease() == lease => {}
+                            Some(_) => return format!("leader key {shown} was replaced"),
+                            None => return format!("leader key {shown} vanished"),
+                        }
+                        from = got.header().map_or(from, |h| h.revision() + 1);
+                    }
+                    // etcd out of reach: the session's keep-alive reports it and pauses leaders.
+                    Err(e) => {
+                        debug!(key = %shown, "cannot read the leader key to watch it again: {e}");
+                    }
+                }
+            }
+        })
     }
 
     /// Resigns with our leader key (deleting it), bounded.
@@ -462,6 +508,18 @@ impl Seat for EtcdSeat {
             }
         })
     }
+}
+
+/// Whether a watch reply on our leader key ends the seat: the key deleted, or put anew (another
+/// create revision or lease).
+fn seat_event(reply: &WatchResponse, shown: &str, rev: i64, lease: i64) -> Option<String> {
+    reply.events().iter().find_map(|ev| match ev.event_type() {
+        EventType::Delete => Some(format!("leader key {shown} was deleted")),
+        EventType::Put => ev
+            .kv()
+            .filter(|kv| kv.create_revision() != rev || kv.lease() != lease)
+            .map(|_| format!("leader key {shown} was replaced")),
+    })
 }
 
 /// TLS options from `kyuubi.ha.etcd.ssl.*`: the CA and the client identity, read from files.

@@ -23,8 +23,15 @@
 //!   answer) the moment the lease deadline passes without renewal, so no request is written
 //!   after the lease lapsed, however long the connection takes.
 //!
+//! * A panic of a scope's election task is caught ([`crate::restart`]): the scope reports
+//!   `Following` without a lease and unhealthy with the reason, and campaigns again after a
+//!   backoff. A ZooKeeper latch node of the failed campaign is deleted by its client; an etcd key
+//!   stays on the lease and is won again by the next campaign.
+//!
 //! # Caveats
 //! * A backend must release leadership before its campaign future returns after cancellation.
+//! * A campaign that panicked does not give its use of the server's shared session back: the
+//!   session then stays open until the engine is dropped, not until its last scope ends.
 
 mod backoff;
 mod driver;
@@ -42,6 +49,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::{ScopeMetrics, UNHEALTHY_ELECTION_RESTARTED};
+use crate::restart::Restarts;
 use crate::scope::Scope;
 
 /// What a candidate knows about its own leadership of one scope.
@@ -200,18 +209,42 @@ pub struct ElectionHandle {
 }
 
 impl ElectionHandle {
-    /// Starts a campaign on the current tokio runtime.
+    /// Starts a campaign on the current tokio runtime; a panic of its task is logged, reported
+    /// in the status and restarted, and nothing else sees it.
     pub fn start(backend: &Arc<dyn Backend>, scope: Scope, identity: String) -> Self {
+        let metrics = Arc::new(ScopeMetrics::default());
+        Self::supervised(backend, scope, identity, metrics, Duration::from_secs(120))
+    }
+
+    /// [`ElectionHandle::start`] for a scope whose health is reported in `metrics`: a panic of
+    /// the election task makes the scope unhealthy (with the reason) until the restarted task has
+    /// run `healthy_after` without failing. Until it runs again the scope reports `Following`
+    /// (no lease): a task that died while leading never keeps reading `Leading`.
+    pub fn supervised(
+        backend: &Arc<dyn Backend>,
+        scope: Scope,
+        identity: String,
+        metrics: Arc<ScopeMetrics>,
+        healthy_after: Duration,
+    ) -> Self {
         let (signal, status, lease) = LeaderSignal::new();
         let cancel = CancellationToken::new();
         let (step_down, requests) = mpsc::unbounded_channel();
-        let task = tokio::spawn(campaigns(
+        let restarts = Restarts::new(
+            "election",
+            scope.to_string(),
+            metrics,
+            UNHEALTHY_ELECTION_RESTARTED,
+            healthy_after,
+        );
+        let task = tokio::spawn(supervise(
             backend.clone(),
             scope,
             identity,
             signal,
             cancel.clone(),
             requests,
+            restarts,
         ));
         ElectionHandle {
             status,
@@ -313,21 +346,48 @@ impl Drop for ElectionHandle {
     }
 }
 
-/// Runs the backend's campaigns for one scope: one at a time, a new one after each step-down and
-/// its hold time, until `cancel` fires.
-async fn campaigns(
+/// Runs [`campaigns`] until `cancel` fires; after a panic, reports `Following` (no lease) with
+/// the reason, and runs them again after a backoff.
+async fn supervise(
     backend: Arc<dyn Backend>,
     scope: Scope,
     identity: String,
     signal: LeaderSignal,
     cancel: CancellationToken,
     mut requests: mpsc::UnboundedReceiver<StepDown>,
+    mut restarts: Restarts,
+) {
+    loop {
+        let run = campaigns(&backend, &scope, &identity, &signal, &cancel, &mut requests);
+        let Err(what) = restarts.guard(run).await else {
+            return;
+        };
+        let delay = restarts.failed(&what);
+        signal.follow(&format!(
+            "the election task failed ({what}); campaigning again in {delay:?}"
+        ));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = sleep(delay) => {}
+        }
+    }
+}
+
+/// Runs the backend's campaigns for one scope: one at a time, a new one after each step-down and
+/// its hold time, until `cancel` fires.
+async fn campaigns(
+    backend: &Arc<dyn Backend>,
+    scope: &Scope,
+    identity: &str,
+    signal: &LeaderSignal,
+    cancel: &CancellationToken,
+    requests: &mut mpsc::UnboundedReceiver<StepDown>,
 ) {
     loop {
         let term = cancel.child_token();
         let mut campaign = backend.campaign(
             scope.clone(),
-            identity.clone(),
+            identity.to_owned(),
             signal.clone(),
             term.clone(),
         );

@@ -54,7 +54,7 @@ use crate::tracker::{Stage, Tracker, Verdict};
 
 use self::deletes::{Bucket, Gate};
 use self::failures::Failures;
-pub use self::supervise::{spawn, Release, ScopeHandle};
+pub use self::supervise::{spawn, Inbox, Release, ScopeHandle};
 
 /// Builds the deleter of a scope (a kube client for it); retried until it succeeds.
 pub type DeleterSource =
@@ -272,6 +272,7 @@ impl Sweeper {
     /// Applies one command; true when the task is to end.
     fn on_command(&mut self, cmd: Command) -> bool {
         self.commands_taken = self.commands_taken.wrapping_add(1);
+        self.metrics.queued.fetch_sub(1, Relaxed);
         match cmd {
             Command::Observe(obs) => self.on_observe(&obs),
             Command::SeenRunning(uid, at) => self.tracker.saw_running(&uid, at),

@@ -26,11 +26,45 @@ use crate::tracker::Tracker;
 /// waiting. True when the scope may end.
 pub type Release = Box<dyn Fn(&mpsc::UnboundedReceiver<Command>) -> bool + Send + Sync>;
 
+/// The sending side of a scope task's queue of commands, which counts what it holds.
+///
+/// # Caveats
+/// The queue has no bound: a dropped event could be the one that disarms a pod running again,
+/// so no event is ever cut. It grows only while the task does not take commands (the wait
+/// before a failed task runs again, at most a minute; a batch of work), and its depth is
+/// reported: `queued` (now) and `queued_max` (the highest since the scope started) in the
+/// scope's status, `podsweep_queued_commands` in the daemon's metrics.
+#[derive(Clone)]
+pub struct Inbox {
+    tx: mpsc::UnboundedSender<Command>,
+    metrics: Arc<ScopeMetrics>,
+}
+
+impl Inbox {
+    /// Queues a command; gives it back if the task has ended.
+    pub fn send(&self, cmd: Command) -> Result<(), Command> {
+        // Counted before it is queued, so the task's count down never goes below zero.
+        let depth = self.metrics.queued.fetch_add(1, Relaxed) + 1;
+        self.metrics.queued_max.fetch_max(depth, Relaxed);
+        self.tx.send(cmd).map_err(|e| {
+            self.metrics.queued.fetch_sub(1, Relaxed);
+            e.0
+        })
+    }
+
+    /// Whether the task has ended.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
 /// The engine's side of a running scope task.
 pub struct ScopeHandle {
     /// Tells this handle from a later one of the same scope.
     pub id: u64,
-    pub tx: mpsc::UnboundedSender<Command>,
+    /// The scope the task serves (whose Kubernetes client it uses).
+    pub scope: Scope,
+    pub tx: Inbox,
     pub metrics: Arc<ScopeMetrics>,
     pub status: tokio::sync::watch::Receiver<Status>,
     pub task: tokio::task::JoinHandle<()>,
@@ -41,6 +75,7 @@ const RESTART_BASE: Duration = Duration::from_secs(1);
 const RESTART_MAX: Duration = Duration::from_secs(60);
 
 /// Starts the task of one scope on the current runtime.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     scope: Scope,
     id: u64,
@@ -49,15 +84,28 @@ pub fn spawn(
     election: ElectionHandle,
     source: DeleterSource,
     release: Release,
+    metrics: Arc<ScopeMetrics>,
 ) -> ScopeHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let status = election.watch();
-    let sweeper = new_sweeper(scope, cfg, clock, election, source, release);
+    let sweeper = new_sweeper(
+        scope.clone(),
+        cfg,
+        clock,
+        election,
+        source,
+        release,
+        metrics,
+    );
     let metrics = sweeper.metrics.clone();
     let task = tokio::spawn(supervise(sweeper, rx));
     ScopeHandle {
         id,
-        tx,
+        scope,
+        tx: Inbox {
+            tx,
+            metrics: metrics.clone(),
+        },
         metrics,
         status,
         task,
@@ -72,6 +120,7 @@ pub(super) fn new_sweeper(
     election: ElectionHandle,
     source: DeleterSource,
     release: Release,
+    metrics: Arc<ScopeMetrics>,
 ) -> Sweeper {
     Sweeper {
         tracker: Tracker::new(cfg.tombstone_ttl),
@@ -101,7 +150,7 @@ pub(super) fn new_sweeper(
         idle_at: None,
         restart_clear_at: None,
         release,
-        metrics: Arc::new(ScopeMetrics::default()),
+        metrics,
         linger: 0,
         commands_taken: 0,
     }

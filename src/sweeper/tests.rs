@@ -74,6 +74,7 @@ async fn a_paused_leading_flip_seen_as_one_change_still_dispatches() {
         election,
         source,
         Box::new(|_| true),
+        Arc::default(),
     );
     sw.deleter = Some(Arc::new(Silent));
     signal.lead_until(Instant::now() + Duration::from_secs(3600), "won");

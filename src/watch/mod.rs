@@ -13,12 +13,19 @@
 //!   later term could delete without a fresh list.
 //! * Any error of the watch (a failed list or watch, an expiry, a broken stream, an API server
 //!   that went away) may have lost events: the scope drops its records as when the watch stops,
-//!   and a fresh list arms them again, after a backoff (0.8 s doubling to 30 s, jittered, reset
-//!   after a minute of watching; none after an expiry, unless the last one was less than a minute
-//!   ago): no tight loop, and no DELETE on facts a
-//!   missed event may have made stale. A stream the server ends cleanly (its timeout) is resumed
-//!   from its last resourceVersion. Building the Kubernetes client is retried from 1 s doubling
-//!   to 1 min.
+//!   and a fresh list arms them again, after a backoff (0.8 s doubling to 5 min, jittered, reset
+//!   after a watch that lasted a minute past its list; none after an expiry, unless the last one
+//!   was less than a minute ago): no tight loop, and no DELETE on facts a missed event may have
+//!   made stale. The backoff is kept across leadership terms: a term that ends less than a minute
+//!   after its list counts as a failed stream, so a leadership that flaps does not relist at once
+//!   each time. A stream the server ends cleanly (its timeout) is resumed from its last
+//!   resourceVersion. Building the Kubernetes client is retried from 1 s doubling to 1 min.
+//! * A list proves nothing about the watch after it: the watch counts as working (and
+//!   `watch_failing_ms` goes back to 0) only once it delivers an event or lasts a minute past its
+//!   list. A watch failing that way for `ha.leaderlessAlertAfter` makes the scope unhealthy,
+//!   with the last error, until it works again or the term ends.
+//! * The watch task is supervised ([`crate::restart`]): a panic drops the scope's records, makes
+//!   the scope unhealthy with the reason, and the task runs again after a backoff.
 //! * The pods are observed through Kyuubi 1.12.0's state mapping ([`crate::kyuubi_state`]).
 //!
 //! # Caveats
@@ -43,16 +50,19 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 use kube::Api;
-use tokio::sync::{mpsc, watch as status_watch};
+use tokio::sync::watch as status_watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::election::{Leadership, Status};
 use crate::kyuubi_state::{self, StateConfig, UNIQUE_TAG_LABEL};
+use crate::metrics::{ScopeMetrics, UNHEALTHY_WATCH_FAILING, UNHEALTHY_WATCH_RESTARTED};
 use crate::model::EventKind;
+use crate::restart::Restarts;
 use crate::scope::Scope;
-use crate::sweeper::{Command, Uid};
+use crate::sweeper::{Command, Inbox, Uid};
 
 /// Builds the Kubernetes client a scope's watch uses, and the namespace it watches.
 pub type ClientSource =
@@ -63,10 +73,12 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 /// First wait after a failed client build; doubles up to [`CLIENT_RETRY_MAX`].
 const CLIENT_RETRY_BASE: Duration = Duration::from_secs(1);
 const CLIENT_RETRY_MAX: Duration = Duration::from_secs(60);
-/// First wait after a failed watch; doubles up to [`RETRY_MAX`], back to the base after a watch
-/// that lasted [`RETRY_RESET_AFTER`].
+/// First wait before a list that follows a watch that failed or stopped soon after its own list;
+/// doubles up to [`RETRY_MAX`], back to the base after a watch that lasted [`RETRY_RESET_AFTER`]
+/// past its list. Kept across leadership terms, so a leadership that flaps does not relist at
+/// once each time.
 const RETRY_BASE: Duration = Duration::from_millis(800);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+const RETRY_MAX: Duration = Duration::from_secs(300);
 const RETRY_RESET_AFTER: Duration = Duration::from_secs(60);
 
 /// A scope's watch counters, for its status.
@@ -121,6 +133,16 @@ impl WatchMetrics {
         );
     }
 
+    /// How long the watch has been failing (zero while it works).
+    fn failing_for(&self) -> Duration {
+        match self.failing_since_ms.load(Relaxed) {
+            0 => Duration::ZERO,
+            t => Duration::from_millis(crate::metrics::epoch_ms().saturating_sub(t)),
+        }
+    }
+
+    /// The watch works: it received an event after its list, or has lasted
+    /// [`RETRY_RESET_AFTER`] past its list (a list alone proves nothing about the watch).
     fn working(&self) {
         self.failing_since_ms.store(0, Relaxed);
     }
@@ -147,16 +169,20 @@ pub struct WatchTask {
     /// The scope's leadership, as its sweeper sees it.
     pub status: status_watch::Receiver<Status>,
     /// The scope task's queue.
-    pub tx: mpsc::UnboundedSender<Command>,
+    pub tx: Inbox,
     pub source: ClientSource,
     pub state: StateConfig,
+    /// The scope's health: a watch task that fails, or a watch that keeps failing for
+    /// `healthy_after`, makes it unhealthy.
+    pub health: Arc<ScopeMetrics>,
+    pub healthy_after: Duration,
 }
 
 /// Starts the watch task of a scope on the current runtime.
 pub fn spawn(t: WatchTask) -> WatchHandle {
     let metrics = Arc::new(WatchMetrics::default());
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(run(t, metrics.clone(), cancel.clone()));
+    let task = tokio::spawn(supervise(t, metrics.clone(), cancel.clone()));
     WatchHandle {
         metrics,
         cancel,
@@ -185,7 +211,105 @@ pub fn kube_clients(raw: std::collections::HashMap<String, String>) -> ClientSou
 /// The scope task went away (the engine closed or dropped it).
 struct Gone;
 
-async fn run(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: CancellationToken) {
+/// When the next list may start: paced across watch errors and leadership terms alike.
+struct Pace {
+    wait: Duration,
+    /// No list before then.
+    next_at: Option<Instant>,
+    /// When the current stream's list started, while one runs.
+    started: Option<Instant>,
+    last_expiry: Option<Instant>,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace {
+            wait: RETRY_BASE,
+            next_at: None,
+            started: None,
+            last_expiry: None,
+        }
+    }
+
+    /// Waits until a list may start, and notes that one starts. A wait cut short (the term
+    /// ended) leaves the time in place for the next term.
+    async fn list(&mut self) {
+        if let Some(at) = self.next_at {
+            tokio::time::sleep_until(at).await;
+        }
+        self.next_at = None;
+        self.started = Some(Instant::now());
+    }
+
+    /// The stream that started with the last list ended: by an error (`expired` for a 410), or
+    /// because the term ended. Sets when the next list may start.
+    fn ended(&mut self, error: bool, expired: bool) {
+        let Some(started) = self.started.take() else {
+            return;
+        };
+        let now = Instant::now();
+        if now.duration_since(started) >= RETRY_RESET_AFTER {
+            self.wait = RETRY_BASE;
+            if !error {
+                // A term that watched long enough: the next one lists at once.
+                return;
+            }
+        }
+        // An expiry relists at once, unless the last one was recent (a server that keeps
+        // answering 410 must not make a tight loop).
+        if expired {
+            let recent = self
+                .last_expiry
+                .is_some_and(|t| now.duration_since(t) < RETRY_RESET_AFTER);
+            self.last_expiry = Some(now);
+            if !recent {
+                return;
+            }
+        }
+        // Jitter (0.5x to 1x) keeps a fleet's scopes from retrying in step.
+        self.next_at = Some(now + self.wait.mul_f64(0.5 + rand::random::<f64>() / 2.0));
+        self.wait = (self.wait * 2).min(RETRY_MAX);
+    }
+}
+
+/// Runs the watch task; after a panic, the scope drops its records (events were lost), reports
+/// unhealthy with the reason, and the task runs again after a backoff.
+async fn supervise(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: CancellationToken) {
+    let mut restarts = Restarts::new(
+        "pod watch",
+        t.scope.to_string(),
+        t.health.clone(),
+        UNHEALTHY_WATCH_RESTARTED,
+        t.healthy_after,
+    );
+    let mut pace = Pace::new();
+    loop {
+        let Err(what) = restarts
+            .guard(run(&mut t, &metrics, &cancel, &mut pace))
+            .await
+        else {
+            return;
+        };
+        metrics.watching.store(false, Relaxed);
+        metrics.failed(format!("the watch task failed: {what}"));
+        pace.ended(true, false);
+        let delay = restarts.failed(&what);
+        if t.tx.send(Command::Unwatched).is_err() {
+            return;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+async fn run(
+    t: &mut WatchTask,
+    metrics: &WatchMetrics,
+    cancel: &CancellationToken,
+    pace: &mut Pace,
+) {
     loop {
         // Wait until this server leads the scope.
         loop {
@@ -202,10 +326,13 @@ async fn run(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: CancellationT
         let why = tokio::select! {
             _ = cancel.cancelled() => Err(Gone),
             r = not_leading(&mut status) => r,
-            Gone = watch_pods(&t, &metrics) => Err(Gone),
+            Gone = watch_pods(t, metrics, pace) => Err(Gone),
         };
+        // A stream cut short by the term's end counts as one that failed soon after its list.
+        pace.ended(false, false);
         metrics.watching.store(false, Relaxed);
         metrics.working();
+        t.health.clear_unhealthy(UNHEALTHY_WATCH_FAILING);
         let sent = t.tx.send(Command::Unwatched);
         match why {
             Ok(reason) if sent.is_ok() => {
@@ -230,47 +357,55 @@ async fn not_leading(status: &mut status_watch::Receiver<Status>) -> Result<Stri
 }
 
 /// Watches the scope's pods until the scope task goes away (never returns otherwise).
-async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics) -> Gone {
+async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> Gone {
     let (client, ns) = match build_client(t, metrics).await {
         Ok(c) => c,
         Err(gone) => return gone,
     };
     let api: Api<Pod> = Api::namespaced(client, &ns);
     metrics.watching.store(true, Relaxed);
-    metrics.working();
-    let mut wait = RETRY_BASE;
     let mut last_error: Option<String> = None;
-    let mut last_expiry: Option<tokio::time::Instant> = None;
     loop {
-        let started = tokio::time::Instant::now();
+        pace.list().await;
         let error = match stream_once(t, metrics, &api, &ns, &mut last_error).await {
             Ok(e) => e,
             Err(gone) => return gone,
         };
         metrics.failed(error.to_string());
+        report_failing(t, metrics);
         let expired = note_error(t, &error, &mut last_error);
         // Events may have been missed: what the watch told is dropped, and the next list arms
         // it again from the pods themselves.
         if t.tx.send(Command::Unwatched).is_err() {
             return Gone;
         }
-        if started.elapsed() >= RETRY_RESET_AFTER {
-            wait = RETRY_BASE;
-        }
-        // An expiry relists at once, unless the last one was recent (a server that keeps
-        // answering 410 must not make a tight loop).
-        let now = tokio::time::Instant::now();
-        let at_once =
-            expired && last_expiry.is_none_or(|t| now.duration_since(t) >= RETRY_RESET_AFTER);
-        if expired {
-            last_expiry = Some(now);
-        }
-        if !at_once {
-            // Jitter (0.5x to 1x) keeps a fleet's scopes from retrying in step.
-            tokio::time::sleep(wait.mul_f64(0.5 + rand::random::<f64>() / 2.0)).await;
-            wait = (wait * 2).min(RETRY_MAX);
-        }
+        pace.ended(true, expired);
     }
+}
+
+/// A watch that has failed, list after list, for `healthy_after` makes the scope unhealthy.
+fn report_failing(t: &WatchTask, metrics: &WatchMetrics) {
+    let failing = metrics.failing_for();
+    if failing >= t.healthy_after {
+        let why = metrics
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        t.health.set_unhealthy(
+            UNHEALTHY_WATCH_FAILING,
+            &format!(
+                "its pod watch has failed for {}s, list after list: {why}",
+                failing.as_secs()
+            ),
+        );
+    }
+}
+
+/// The watch works again: the scope's watch health is cleared.
+fn watch_works(t: &WatchTask, metrics: &WatchMetrics) {
+    metrics.working();
+    t.health.clear_unhealthy(UNHEALTHY_WATCH_FAILING);
 }
 
 /// Builds the scope's client, retrying with backoff.
@@ -313,8 +448,18 @@ async fn stream_once(
         .timeout(WATCH_TIMEOUT_SECS);
     let mut stream = std::pin::pin!(watcher::watcher(api.clone(), cfg));
     let mut listed: Option<HashSet<Uid>> = None;
+    // Once the list is done: when the watch has lasted long enough to count as working.
+    let mut proven_at: Option<Instant> = None;
     loop {
-        let Some(event) = stream.next().await else {
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = sleep_until_some(proven_at) => {
+                proven_at = None;
+                watch_works(t, metrics);
+                continue;
+            }
+        };
+        let Some(event) = next else {
             // kube-rs's watcher never ends; if it did, start again.
             return Ok(watcher::Error::NoResourceVersion);
         };
@@ -328,7 +473,8 @@ async fn stream_once(
                 forward(t, metrics, &pod, EventKind::Add, listed.as_mut())?;
             }
             Ok(Event::InitDone) => {
-                metrics.working();
+                // A list proves nothing about the watch that follows it.
+                proven_at = Some(Instant::now() + RETRY_RESET_AFTER);
                 if last_error.take().is_some() {
                     info!(scope = %t.scope, "Watching the driver pods of scope {} again", t.scope);
                 }
@@ -336,8 +482,14 @@ async fn stream_once(
                 t.tx.send(Command::Listed(Box::new(uids)))
                     .map_err(|_| Gone)?;
             }
-            Ok(Event::Apply(pod)) => forward(t, metrics, &pod, EventKind::Update, None)?,
-            Ok(Event::Delete(pod)) => forward(t, metrics, &pod, EventKind::Delete, None)?,
+            Ok(Event::Apply(pod)) => {
+                watch_works(t, metrics);
+                forward(t, metrics, &pod, EventKind::Update, None)?;
+            }
+            Ok(Event::Delete(pod)) => {
+                watch_works(t, metrics);
+                forward(t, metrics, &pod, EventKind::Delete, None)?;
+            }
             Err(e) => return Ok(e),
         }
     }
@@ -352,9 +504,6 @@ fn forward(
     listed: Option<&mut HashSet<Uid>>,
 ) -> Result<(), Gone> {
     metrics.events.fetch_add(1, Relaxed);
-    if kind != EventKind::Add {
-        metrics.working();
-    }
     let Some(obs) = kyuubi_state::observation(pod, &t.state, kind) else {
         return Ok(());
     };
@@ -391,4 +540,12 @@ fn note_error(t: &WatchTask, e: &watcher::Error, last: &mut Option<String>) -> b
         *last = Some(text);
     }
     false
+}
+
+/// Sleeps until `deadline`; never resolves when there is none.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
@@ -14,26 +15,34 @@ use crate::sweeper::ScopeHandle;
 pub struct Watches {
     source: ClientSource,
     state: StateConfig,
+    /// How long a watch may keep failing (and a restarted watch task must run) before the
+    /// scope is healthy again: `ha.leaderlessAlertAfter`.
+    healthy_after: Duration,
     handles: Mutex<HashMap<Scope, WatchHandle>>,
 }
 
 impl Watches {
-    pub fn new(source: ClientSource, state: StateConfig) -> Self {
+    pub fn new(source: ClientSource, state: StateConfig, healthy_after: Duration) -> Self {
         Watches {
             source,
             state,
+            healthy_after,
             handles: Mutex::default(),
         }
     }
 
-    /// Starts the watch task of a scope whose task has just started (on the current runtime).
-    pub fn start(&self, scope: &Scope, h: &ScopeHandle) {
+    /// Starts the watch task of the scope task of `key` that has just started (on the current
+    /// runtime); it watches with the Kubernetes client of the task's scope.
+    pub fn start(&self, key: &Scope, h: &ScopeHandle) {
+        let scope = key;
         let handle = spawn(WatchTask {
-            scope: scope.clone(),
+            scope: h.scope.clone(),
             status: h.status.clone(),
             tx: h.tx.clone(),
             source: self.source.clone(),
             state: self.state.clone(),
+            health: h.metrics.clone(),
+            healthy_after: self.healthy_after,
         });
         let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = handles.insert(scope.clone(), handle) {

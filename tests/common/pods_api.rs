@@ -63,6 +63,8 @@ struct Shared {
     store: Mutex<Store>,
     deletes: Mutex<Vec<DeleteRecord>>,
     down: AtomicBool,
+    /// While set, every watch request is answered 500 (lists are served).
+    watch_fail: AtomicBool,
     /// Milliseconds a DELETE waits before it is served.
     delete_delay_ms: AtomicU64,
     lists: AtomicU64,
@@ -210,6 +212,15 @@ impl PodsApi {
     pub fn set_down(&self, down: bool) {
         self.shared.down.store(down, Ordering::SeqCst);
         if down {
+            self.drop_watches();
+        }
+    }
+
+    /// While set, every watch request is answered 500 and open streams are cut; lists are
+    /// served as usual.
+    pub fn set_watch_fail(&self, fail: bool) {
+        self.shared.watch_fail.store(fail, Ordering::SeqCst);
+        if fail {
             self.drop_watches();
         }
     }
@@ -411,6 +422,12 @@ async fn handle(s: &Shared, req: Request<Incoming>, via: &str) -> Response<Body>
             let selector = query.get("labelSelector").cloned().unwrap_or_default();
             if query.get("watch").map(String::as_str) == Some("true") {
                 s.watches.fetch_add(1, Ordering::SeqCst);
+                if s.watch_fail.load(Ordering::SeqCst) {
+                    return full(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &status(500, "InternalError", "watch failing for the test"),
+                    );
+                }
                 watch(s, ns, &selector, query.get("resourceVersion"), user_agent)
             } else {
                 s.lists.fetch_add(1, Ordering::SeqCst);

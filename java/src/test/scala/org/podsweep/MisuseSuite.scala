@@ -154,11 +154,13 @@ class MisuseSuite extends AnyFunSuite with Eventually {
       val tag = "t\u00e5g-\u00fc-" + "x" * 300
       s.observe(null, "unicode", PodEvent.UPDATE, tag, "driver-u", UUID.randomUUID().toString, "FINISHED",
         true, System.currentTimeMillis(), false)
-      s.observe("c\u00f6ntext", "unicode", PodEvent.UPDATE, tag, "driver-v", "uid-" + "9" * 200, "FINISHED",
+      // Another namespace: a context without keys of its own names the same cluster as no context,
+      // so `(c\u00f6ntext, unicode)` would share the task of `(null, unicode)`.
+      s.observe("c\u00f6ntext", "unicode-c", PodEvent.UPDATE, tag, "driver-v", "uid-" + "9" * 200, "FINISHED",
         true, 0L, false)
       eventually {
         assert(ScopeStatus.parse(s.scopeStatus(null, "unicode")).tracked == 1)
-        assert(ScopeStatus.parse(s.scopeStatus("c\u00f6ntext", "unicode")).tracked == 1)
+        assert(ScopeStatus.parse(s.scopeStatus("c\u00f6ntext", "unicode-c")).tracked == 1)
       }
     }
   }

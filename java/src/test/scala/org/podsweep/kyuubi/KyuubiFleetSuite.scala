@@ -193,6 +193,43 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     } finally server.close()
   }
 
+  /** A file that is not a shared library: loading it fails with an UnsatisfiedLinkError. */
+  private def brokenLibrary(): String = {
+    val f = logDir.resolve("broken-libpodsweep.so")
+    Files.write(f, "not a shared library".getBytes("UTF-8"))
+    f.toAbsolutePath.toString
+  }
+
+  test("a native library that does not load: the patched server starts, logs an ERROR and cleans as stock Kyuubi does") {
+    needPatched()
+    val ns = "fleet-broken-native"
+    val server = new KyuubiServer("broken-native", KyuubiHome.Patched,
+      KyuubiServer.conf("broken-native", kube.url, Seq(ns), 2000), logDir, nativePath = Some(brokenLibrary()))
+    try {
+      assert(server.serverId.isEmpty && server.status().isEmpty, "podsweep runs although its library did not load")
+      assert(server.log.exists(l => l.contains(" ERROR ") && l.contains("podsweep did not start") &&
+        l.contains("UnsatisfiedLinkError")), "no ERROR naming the failed load")
+      val names = terminatedDrivers(ns, 3)
+      eventually(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
+      assert(kube.podDeletes(ns).filter(_.status == 200).map(_.pod.get._2).sorted == names.sorted, kube.podDeletes(ns))
+    } finally server.close()
+  }
+
+  test("podsweep failing after its create (a bad state source): the sweeper it made is closed, the server cleans alone") {
+    needPatched()
+    val conf = KyuubiServer.conf("late-failure", kube.url, Seq("fleet-late-failure"), 2000) +
+      ("kyuubi.kubernetes.application.state.source" -> "SIDECAR")
+    val server = new KyuubiServer("late-failure", KyuubiHome.Patched, conf, logDir)
+    try {
+      assert(server.serverId.isEmpty, "podsweep runs although it failed to start")
+      assert(server.logLines("podsweep did not start").nonEmpty)
+      // The engine create() made logs its start; the one the patch must close logs its close.
+      assert(server.logLines("started for server late-failure").nonEmpty, server.log.mkString("\n"))
+      eventually(assert(server.logLines("podsweep for server late-failure").exists(_.contains("closing")),
+        "the sweeper made before the failure was never closed"))
+    } finally server.close()
+  }
+
   test("getApplicationInfoByTag answers the same with and without the patch (running, finished, failed, deleted pods)") {
     needPatched()
     val retainMs = 3000L

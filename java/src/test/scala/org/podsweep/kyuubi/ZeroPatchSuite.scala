@@ -122,6 +122,32 @@ class ZeroPatchSuite extends AnyFunSuite {
     }
   }
 
+  test("a native library that does not load: Kyuubi starts, the drop-in logs an ERROR and cleans locally") {
+    needDropin()
+    withFleet("zookeeper") { (ha, api, admin) =>
+      val ns = "dropin-broken-native"
+      val broken = logDir.resolve("broken-libpodsweep.so")
+      Files.write(broken, "not a shared library".getBytes("UTF-8"))
+      val s = new KyuubiServer("broken", KyuubiHome.Dropin,
+        KyuubiServer.conf("broken", api.url, Seq(ns), 2000) ++ stockOff(ha, "kyuubi-dropin-broken"), logDir,
+        mode = KyuubiHome.Manager, nativePath = Some(broken.toAbsolutePath.toString))
+      try {
+        assert(s.operations.contains("org.podsweep.kyuubi.PodsweepCleanupOperation"), s.operations)
+        assert(s.serverId.isEmpty, "podsweep runs although its library did not load")
+        assert(s.log.exists(l => l.contains(" ERROR ") && l.contains("podsweep drop-in did not start") &&
+          l.contains("UnsatisfiedLinkError") && l.contains("cleans terminated driver pods locally")), s.log.mkString("\n"))
+        // Kyuubi's own cleaner is NONE: the terminated pods go only because the drop-in fell back.
+        val spec = Spec(servers = 1, scopes = 1, pods = 4, retainMs = 2000, podPrefix = "broken-")
+        val (drivers, decoys) = Phases.createPods(admin, Seq(ns), spec)
+        val w = Phases.terminate(admin, drivers, decoys, spec.retainMs)
+        eventually(assert(!w.drivers.exists(Phases.present(admin, Seq(ns)))))
+        val ours = api.podDeletes(ns).filter(d => w.drivers.exists(ref => d.pod.contains(ref.name)))
+        assert(w.drivers.forall(ref => ours.exists(_.pod.contains(ref.name))), ours)
+        assert(ours.forall(d => d.bearer.contains("broken") && !d.userAgent.startsWith(PodsweepAgent)), ours)
+      } finally s.close()
+    }
+  }
+
   test("a whole stock Kyuubi server with its embedded ZooKeeper: the drop-in cleans locally") {
     needDropin()
     withFleet("zookeeper") { (_, api, admin) =>

@@ -5,7 +5,7 @@ import java.util.concurrent.TimeUnit
 import scala.collection.JavaConverters._
 
 import com.codahale.metrics.{Gauge, MetricRegistry}
-import org.podsweep.{LocalSweeper, ScopeStatus}
+import org.podsweep.{LocalSweeper, PodSweeper, ScopeStatus}
 import org.scalatest.concurrent.Eventually._
 import org.scalatest.funsuite.AnyFunSuite
 import org.scalatest.time.{Millis, Seconds, Span}
@@ -71,7 +71,11 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
   }
 
   test("getMetrics() works with MetricRegistry.registerAll; colliding scopes get distinct names") {
-    val s = LocalSweeper.create("metrics:2")
+    // A context `default` with an API server of its own: another cluster than the one of no
+    // context, so another scope task (scopes naming the same cluster share one), whose metric
+    // names collide with the first one's.
+    val conf = LocalSweeper.conf + ("kyuubi.kubernetes.default.master.address" -> "http://127.0.0.1:10")
+    val s = PodSweeper.create(conf.asJava, "metrics:2")
     try {
       LocalSweeper.finished(s, null, "spark", "a")
       LocalSweeper.finished(s, "default", "spark", "b")

@@ -86,6 +86,8 @@ final case class KyuubiAppInfo(state: String, podName: Option[String], id: Optio
  * goes to `logFile`.
  *
  * @param conf the server's KyuubiConf entries
+ * @param nativePath the libpodsweep.so the server loads (default: sbt's `nativeLibrary`); a path
+ *                   that is not a loadable library makes the native load fail
  * @param mode the KubernetesApplicationOperation alone (the default); Kyuubi's
  *             `KyuubiApplicationManager`, which loads every provider on the class path; or a whole
  *             Kyuubi server (`KyuubiServer.startServer`)
@@ -96,7 +98,8 @@ final class KyuubiServer(
     conf: Map[String, String],
     logDir: Path,
     heapMb: Int = 256,
-    mode: KyuubiHome.Mode = KyuubiHome.OperationOnly) extends FleetServer {
+    mode: KyuubiHome.Mode = KyuubiHome.OperationOnly,
+    nativePath: Option[String] = None) extends FleetServer {
   import KyuubiServer._
 
   val logFile: Path = logDir.resolve(s"$name.log")
@@ -121,7 +124,7 @@ final class KyuubiServer(
     val java = new File(new File(System.getProperty("java.home"), "bin"), "java").getAbsolutePath
     val cmd = Seq(java, s"-Xmx${heapMb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
       s"-Dlog4j2.configurationFile=${log4j.toAbsolutePath}",
-      s"-Dpodsweep.native.path=${KyuubiHome.nativeLibrary.map(_.getAbsolutePath).getOrElse("")}",
+      s"-Dpodsweep.native.path=${nativePath.orElse(KyuubiHome.nativeLibrary.map(_.getAbsolutePath)).getOrElse("")}",
       "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++ mode.flag.toSeq ++ Seq(confFile.toAbsolutePath.toString)
     new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))

@@ -11,7 +11,7 @@ import org.podsweep.PodSweeper
 
 import org.apache.kyuubi.Logging
 import org.apache.kyuubi.config.KyuubiConf
-import org.apache.kyuubi.engine.{ApplicationInfo, ApplicationManagerInfo, ApplicationOperation, KillResponse}
+import org.apache.kyuubi.engine.{ApplicationInfo, ApplicationManagerInfo, ApplicationOperation, KillResponse, KubernetesApplicationOperation}
 import org.apache.kyuubi.server.metadata.MetadataManager
 import org.apache.kyuubi.util.JavaUtils
 
@@ -30,13 +30,31 @@ import org.apache.kyuubi.util.JavaUtils
  * It never claims an application (`isSupported` is false), so Kyuubi's own
  * `KubernetesApplicationOperation` keeps answering application info and kill calls. `stop()`
  * closes podsweep: nothing is deleted, leadership is handed over.
+ *
+ * If podsweep cannot start (a bad value of one of its keys, a native library that does not load:
+ * an `UnsatisfiedLinkError`, which Kyuubi's `NonFatal` would let stop the server), nothing else
+ * would clean, since Kyuubi's own cleaner is `NONE`. The drop-in then logs an ERROR and cleans
+ * locally, as stock Kyuubi does: a `KubernetesApplicationOperation` of its own (no metadata store,
+ * never registered with Kyuubi's application manager) with the cleanup kind podsweep would have
+ * applied (`...watch.kind`), so this server deletes every terminated driver pod itself, as every
+ * server without podsweep does.
  */
 class PodsweepCleanupOperation extends ApplicationOperation with Logging {
   import PodsweepCleanupOperation._
 
   @volatile private var sweeper: PodSweeper = _
+  @volatile private var localCleaner: KubernetesApplicationOperation = _
 
   override def initialize(conf: KyuubiConf, metadataManager: Option[MetadataManager]): Unit = {
+    try start(conf)
+    catch {
+      // A LinkageError (UnsatisfiedLinkError: the native library did not load) is fatal to
+      // NonFatal, which Kyuubi's application manager catches: it must not stop the server.
+      case e @ (NonFatal(_) | _: LinkageError) => cleanLocally(conf, e)
+    }
+  }
+
+  private def start(conf: KyuubiConf): Unit = {
     val enabled = conf.getOption(Enabled).map(_.trim.toLowerCase(Locale.ROOT)) match {
       case None | Some("true") => true
       case Some("false") => false
@@ -72,10 +90,49 @@ class PodsweepCleanupOperation extends ApplicationOperation with Logging {
 
   override def supportPersistedAppState: Boolean = false
 
-  override def stop(): Unit = Option(sweeper).foreach { s =>
-    sweeper = null
-    try s.close()
-    catch { case NonFatal(e) => warn(s"podsweep drop-in close failed: $e") }
+  /**
+   * podsweep did not start: ERROR, and this server deletes terminated driver pods on its own with
+   * Kyuubi's own class, the kind podsweep would have applied. A kind of NONE (or one that does not
+   * parse) leaves nothing to clean with, said in the ERROR.
+   */
+  private def cleanLocally(conf: KyuubiConf, cause: Throwable): Unit = {
+    Option(sweeper).foreach { s =>
+      sweeper = null
+      try s.close() catch { case NonFatal(e) => warn(s"podsweep drop-in close failed: $e") }
+    }
+    val kind = conf.getOption(WatchKind).orElse(conf.getOption(StockKind))
+      .map(_.trim.toUpperCase(Locale.ROOT)).getOrElse("NONE")
+    kind match {
+      case "ALL" | "COMPLETED" =>
+        error(s"podsweep drop-in did not start, so this server cleans terminated driver pods locally, " +
+          s"as stock Kyuubi with $StockKind=$kind does (every server deletes every pod, with 404 " +
+          s"warnings, until podsweep starts): $cause", cause)
+        try {
+          val op = new KubernetesApplicationOperation()
+          op.initialize(conf.clone.set(StockKind, kind), None)
+          localCleaner = op
+        } catch {
+          case e @ (NonFatal(_) | _: LinkageError) =>
+            error(s"the local cleaner did not start either ($e): no terminated driver pod is deleted " +
+              "by this server", e)
+        }
+      case other =>
+        error(s"podsweep drop-in did not start, and with cleanup kind $other ($WatchKind, else " +
+          s"$StockKind) there is nothing to clean locally: $cause", cause)
+    }
+  }
+
+  override def stop(): Unit = {
+    Option(sweeper).foreach { s =>
+      sweeper = null
+      try s.close()
+      catch { case NonFatal(e) => warn(s"podsweep drop-in close failed: $e") }
+    }
+    Option(localCleaner).foreach { op =>
+      localCleaner = null
+      try op.stop()
+      catch { case NonFatal(e) => warn(s"podsweep drop-in's local cleaner stop failed: $e") }
+    }
   }
 
   /** The PodSweeper, while started (for status and tests). */
@@ -86,6 +143,8 @@ object PodsweepCleanupOperation {
   /** The drop-in's switch (default true). */
   val Enabled = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.dropin.enabled"
   val WatchEnabled = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.enabled"
+  val WatchKind = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind"
+  val StockKind = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind"
   val HaEmbedded = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded"
 
   /**
