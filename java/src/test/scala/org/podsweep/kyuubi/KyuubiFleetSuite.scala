@@ -204,7 +204,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     needPatched()
     val ns = "fleet-broken-native"
     val server = new KyuubiServer("broken-native", KyuubiHome.Patched,
-      KyuubiServer.conf("broken-native", kube.url, Seq(ns), 2000), logDir, nativePath = Some(brokenLibrary()))
+      KyuubiServer.conf("broken-native", kube, Seq(ns), 2000), logDir, nativePath = Some(brokenLibrary()))
     try {
       assert(server.serverId.isEmpty && server.status().isEmpty, "podsweep runs although its library did not load")
       assert(server.log.exists(l => l.contains(" ERROR ") && l.contains("podsweep did not start") &&
@@ -217,7 +217,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("podsweep failing after its create (a bad state source): the sweeper it made is closed, the server cleans alone") {
     needPatched()
-    val conf = KyuubiServer.conf("late-failure", kube.url, Seq("fleet-late-failure"), 2000) +
+    val conf = KyuubiServer.conf("late-failure", kube, Seq("fleet-late-failure"), 2000) +
       ("kyuubi.kubernetes.application.state.source" -> "SIDECAR")
     val server = new KyuubiServer("late-failure", KyuubiHome.Patched, conf, logDir)
     try {

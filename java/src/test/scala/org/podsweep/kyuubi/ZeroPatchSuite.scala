@@ -129,7 +129,7 @@ class ZeroPatchSuite extends AnyFunSuite {
       val broken = logDir.resolve("broken-libpodsweep.so")
       Files.write(broken, "not a shared library".getBytes("UTF-8"))
       val s = new KyuubiServer("broken", KyuubiHome.Dropin,
-        KyuubiServer.conf("broken", api.url, Seq(ns), 2000) ++ stockOff(ha, "kyuubi-dropin-broken"), logDir,
+        KyuubiServer.conf("broken", new PodsApiServer(api), Seq(ns), 2000) ++ stockOff(ha, "kyuubi-dropin-broken"), logDir,
         mode = KyuubiHome.Manager, nativePath = Some(broken.toAbsolutePath.toString))
       try {
         assert(s.operations.contains("org.podsweep.kyuubi.PodsweepCleanupOperation"), s.operations)
@@ -138,7 +138,7 @@ class ZeroPatchSuite extends AnyFunSuite {
           l.contains("UnsatisfiedLinkError") && l.contains("cleans terminated driver pods locally")), s.log.mkString("\n"))
         // Kyuubi's own cleaner is NONE: the terminated pods go only because the drop-in fell back.
         val spec = Spec(servers = 1, scopes = 1, pods = 4, retainMs = 2000, podPrefix = "broken-")
-        val (drivers, decoys) = Phases.createPods(admin, Seq(ns), spec)
+        val (drivers, decoys) = Phases.createPods(new PodsApiServer(api), admin, Seq(ns), spec)
         val w = Phases.terminate(admin, drivers, decoys, spec.retainMs)
         eventually(assert(!w.drivers.exists(Phases.present(admin, Seq(ns)))))
         val ours = api.podDeletes(ns).filter(d => w.drivers.exists(ref => d.pod.contains(ref.name)))
