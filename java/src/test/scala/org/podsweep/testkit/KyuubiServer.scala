@@ -24,7 +24,15 @@ object KyuubiHome {
   val nativeLibrary: Option[File] = prop("podsweep.native.lib")
 
   def stockJar: Option[File] = cache.map(new File(_, "kyuubi-server.jar")).filter(_.isFile)
-  def patchedJar: Option[File] = cache.map(new File(_, "patched/kyuubi-server.jar")).filter(_.isFile)
+  /** This checkout's patched jar: scripts/kyuubi patched names it in java/target/kyuubi-patched.path. */
+  def patchedJar: Option[File] = {
+    val pointer = new File(System.getProperty("podsweep.repo", ".."), "java/target/kyuubi-patched.path")
+    if (!pointer.isFile) None
+    else {
+      val src = Source.fromFile(pointer, "UTF-8")
+      try src.getLines().map(_.trim).find(_.nonEmpty).map(new File(_)).filter(_.isFile) finally src.close()
+    }
+  }
   def runtime: Seq[File] = cache.map(new File(_, "runtime-classpath.txt")).filter(_.isFile).toSeq.flatMap { f =>
     val s = Source.fromFile(f, "UTF-8")
     try s.getLines().map(_.trim).filter(_.nonEmpty).map(new File(_)).toVector finally s.close()
