@@ -25,6 +25,9 @@ use tracing::{info, warn};
 /// A pause this long or longer is logged when it starts (or once it has lasted that long) and
 /// when it ends.
 pub const LONG_PAUSE: Duration = Duration::from_secs(30);
+/// A pause of the same cause that opens again within this time of its end continues it: a round
+/// of retries that all fail again does not end a backoff, and its start (and log line) is kept.
+pub const REOPEN_WITHIN: Duration = Duration::from_secs(10);
 
 /// Why a scope is held back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +91,15 @@ struct Entry {
     detail: String,
     /// Its start was logged (it is a long pause): its end is logged too.
     logged: bool,
+    /// When it was closed; it is kept for [`REOPEN_WITHIN`] in case it opens again.
+    closed_at: Option<Instant>,
+}
+
+impl Entry {
+    /// Open at `now`: not closed, and not past the end it expires at.
+    fn is_open(&self, now: Instant) -> bool {
+        self.closed_at.is_none() && !(self.expires && self.until.is_some_and(|u| u <= now))
+    }
 }
 
 /// One open pause, as read.
@@ -142,7 +154,12 @@ impl Pauses {
         let mut entries = self.entries();
         let slot = &mut entries[kind.index()];
         let e = match slot {
-            Some(e) if !(e.expires && e.until.is_some_and(|u| u <= now)) => {
+            Some(e)
+                if e.is_open(now)
+                    || e.closed_at
+                        .is_some_and(|c| now.duration_since(c) < REOPEN_WITHIN) =>
+            {
+                e.closed_at = None;
                 e.until = until;
                 e.expires = expires;
                 if e.detail != detail {
@@ -160,6 +177,7 @@ impl Pauses {
                     expires,
                     detail: detail.to_owned(),
                     logged: false,
+                    closed_at: None,
                 })
             }
         };
@@ -171,17 +189,18 @@ impl Pauses {
         self.any.store(true, Relaxed);
     }
 
-    /// Ends the pause of `kind`; true if one was open.
+    /// Ends the pause of `kind`; true if one was open. (Its end is logged once it has not
+    /// opened again for [`REOPEN_WITHIN`].)
     pub fn close(&self, kind: PauseKind) -> bool {
         let now = Instant::now();
         let mut entries = self.entries();
-        let Some(old) = entries[kind.index()].take() else {
-            return false;
-        };
-        self.any.store(entries.iter().any(Option::is_some), Relaxed);
-        drop(entries);
-        self.log_end(kind, &old, now);
-        true
+        match &mut entries[kind.index()] {
+            Some(e) if e.is_open(now) => {
+                e.closed_at = Some(now);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether a pause of `kind` is open.
@@ -195,7 +214,7 @@ impl Pauses {
         let entries = self.entries();
         entries[kind.index()]
             .as_ref()
-            .filter(|e| !(e.expires && e.until.is_some_and(|u| u <= now)))
+            .filter(|e| e.is_open(now))
             .map(|e| read(kind, e, now))
     }
 
@@ -208,7 +227,7 @@ impl Pauses {
             .filter_map(|&k| {
                 entries[k.index()]
                     .as_ref()
-                    .filter(|e| !(e.expires && e.until.is_some_and(|u| u <= now)))
+                    .filter(|e| e.is_open(now))
                     .map(|e| read(k, e, now))
             })
             .collect()
@@ -226,11 +245,17 @@ impl Pauses {
         for k in PauseKind::ALL {
             let slot = &mut entries[k.index()];
             let Some(e) = slot else { continue };
-            if e.expires && e.until.is_some_and(|u| u <= now) {
+            let closed = e
+                .closed_at
+                .is_some_and(|c| now.duration_since(c) >= REOPEN_WITHIN);
+            if closed || (e.expires && e.until.is_some_and(|u| u <= now)) {
                 if let Some(old) = slot.take() {
                     ended.push((k, old));
                 }
-            } else if !e.logged && now.duration_since(e.since) >= LONG_PAUSE {
+            } else if e.closed_at.is_none()
+                && !e.logged
+                && now.duration_since(e.since) >= LONG_PAUSE
+            {
                 e.logged = true;
                 log_start(self.scope(), k, e, now);
             }
@@ -246,8 +271,9 @@ impl Pauses {
         if !e.logged {
             return;
         }
-        let end = match (e.expires, e.until) {
-            (true, Some(u)) if u <= now => u,
+        let end = match (e.closed_at, e.expires, e.until) {
+            (Some(c), _, _) => c,
+            (None, true, Some(u)) if u <= now => u,
             _ => now,
         };
         info!(
@@ -349,5 +375,18 @@ mod tests {
         assert!(p.close(PauseKind::RetryAfter));
         assert!(!p.close(PauseKind::RetryAfter));
         assert!(p.all().is_empty());
+        // Opened again soon after its end: the same pause goes on.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        p.open(PauseKind::RetryAfter, None, "c");
+        assert_eq!(
+            p.get(PauseKind::RetryAfter).unwrap().lasted,
+            Duration::from_secs(6)
+        );
+        // Closed for longer than that: a new one starts.
+        p.close(PauseKind::RetryAfter);
+        tokio::time::advance(REOPEN_WITHIN).await;
+        p.check();
+        p.open(PauseKind::RetryAfter, None, "d");
+        assert_eq!(p.get(PauseKind::RetryAfter).unwrap().lasted, Duration::ZERO);
     }
 }

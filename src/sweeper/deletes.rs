@@ -207,7 +207,8 @@ impl Sweeper {
             self.tracker.settle(&uid, Instant::now());
             self.compact_due();
         } else {
-            self.last_retry = format!("pod {}: {outcome}", rec.name());
+            // The pause's detail quotes the answer, never a pod: it is logged once per pause.
+            self.last_retry = outcome.to_string();
             self.failures.record(&uid, &rec.name(), &outcome);
             self.schedule_retry(uid, &outcome);
         }

@@ -702,7 +702,7 @@ impl Sweeper {
         if held {
             let until = self.tracker.next_timer();
             let detail = format!(
-                "{} pod(s) wait for their retry after failed DELETEs; last: {}",
+                "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
                 self.tracker.count(Stage::Backoff),
                 self.last_retry
             );
