@@ -389,6 +389,43 @@ mod tests {
     }
 
     #[test]
+    fn pauses_in_the_exposition_and_in_healthz() {
+        let mut s = scope(true);
+        s["pauses"] = json!([{
+            "reason": "retry_after", "detail": "429", "since_ms": 1_000, "until_ms": 1_796_366_707_000u64,
+            "pause_ms": 4_000, "unhealthy": false
+        }, {
+            "reason": "ha_session_lost", "detail": "PAUSED", "since_ms": 1_000, "until_ms": null,
+            "pause_ms": 130_000, "unhealthy": true
+        }]);
+        let text = prometheus(std::slice::from_ref(&s));
+        let l = "context=\"prod\",namespace=\"sp\\\"ark\"";
+        for line in [
+            format!("podsweep_paused{{{l},reason=\"retry_after\"}} 1"),
+            format!("podsweep_paused{{{l},reason=\"backoff\"}} 0"),
+            format!("podsweep_pause_seconds{{{l},reason=\"ha_session_lost\"}} 130"),
+            format!("podsweep_pause_seconds{{{l},reason=\"refused\"}} 0"),
+            format!(
+                "podsweep_pause_until_timestamp_seconds{{{l},reason=\"retry_after\"}} 1796366707"
+            ),
+        ] {
+            assert!(
+                text.lines().any(|x| x == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("podsweep_pause_until_timestamp_seconds{context=\"prod\",namespace=\"sp\\\"ark\",reason=\"ha_session_lost\"}"));
+        let lines = pause_lines(&[s]);
+        assert_eq!(
+            lines,
+            [
+                "scope prod:spark: paused (retry_after) for 4s, until 2026-12-04T06:45:07Z: 429",
+                "scope prod:spark: paused (ha_session_lost) for 130s, with no known end, unhealthy: PAUSED"
+            ]
+        );
+    }
+
+    #[test]
     fn health() {
         assert!(health_reasons(&[scope(true)]).is_empty());
         let r = health_reasons(&[scope(false)]);
@@ -399,5 +436,22 @@ mod tests {
         failing["watch_last_error"] = "403".into();
         let r = health_reasons(&[failing]);
         assert!(r[0].contains("failed for 61s: 403"), "{r:?}");
+        // Every reason of an unhealthy scope, and a refused scope alone is no watched scope.
+        let mut two = scope(false);
+        two["health_reasons"] = json!(["no leader", "cannot list"]);
+        assert_eq!(
+            health_reasons(&[two]),
+            [
+                "scope prod:spark: no leader",
+                "scope prod:spark: cannot list"
+            ]
+        );
+        let refused =
+            json!({"scope": "x", "known": false, "healthy": false, "health_reasons": ["refused"]});
+        let r = health_reasons(&[refused]);
+        assert!(
+            r[0].starts_with("no scope is watched") && r[1] == "scope x: refused",
+            "{r:?}"
+        );
     }
 }

@@ -31,8 +31,11 @@
 //! # Caveats
 //! * `watch_streams` in the scope status counts lists started (each leadership term's first
 //!   list and every list after an error); a watch resumed from the last resourceVersion after its
-//!   stream ended cleanly is the same stream and is not counted. `watching` stays true while the
-//!   leader keeps (re)starting its watch; `watch_failing_ms` says whether it works.
+//!   stream ended cleanly is the same stream and is not counted. `watching` is true from a list
+//!   that worked to the next error: a leader whose list fails watches nothing.
+//! * A leader whose list fails (or whose client cannot be built) is unhealthy at once, until a
+//!   list works or the term ends; from the first error to the next list that works the scope is
+//!   paused (`watch_failing`, until the next list), except after an expiry that relists at once.
 //! * A pod that carries no termination time is dated by its first observation, so a relist
 //!   restarts its clock.
 

@@ -27,7 +27,8 @@ import org.podsweep.ScopeStatus;
  *   <li>{@code leader} (1 while this server leads the scope, else 0), {@code leadership_transitions},
  *       {@code healthy} (1 or 0), {@code leaderless_ms};
  *   <li>{@code tracked}, {@code scheduled}, {@code due}, {@code inflight}, {@code retries},
- *       {@code cancelled}, {@code oldest_overdue_ms};
+ *       {@code cancelled}, {@code oldest_overdue_ms}, {@code restarts} (of the scope's tasks after a
+ *       failure);
  *   <li>{@code deletes.sent} and one {@code deletes.<outcome>} per outcome class: {@code accepted},
  *       {@code already_absent}, {@code replaced}, {@code forbidden}, {@code throttled},
  *       {@code server_error}, {@code transport}, {@code other};
@@ -110,6 +111,7 @@ public final class PodsweepMetricSet implements MetricSet {
     m.put("oldest_overdue_ms", "oldest_overdue_ms");
     m.put("deletes.sent", "deletes_sent");
     m.put("pause_ms", "pause_ms");
+    m.put("restarts", "restarts");
     COUNTS = Collections.unmodifiableMap(m);
   }
 
