@@ -186,6 +186,9 @@ struct Sweeper {
     ramp: Option<usize>,
     /// The last failure that put a pod into backoff, for the backoff pause's detail.
     last_retry: String,
+    /// While the backoff pause is open: the end it was opened with (so that the loop, which
+    /// looks at every turn, writes it again only when it changes).
+    backoff_until: Option<Option<Instant>>,
 }
 
 impl Sweeper {
@@ -698,16 +701,20 @@ impl Sweeper {
             && self.tracker.count(Stage::Backoff) > 0
             && self.tracker.count(Stage::Due) == 0
             && self.inflight.is_empty()
-            && !self.metrics.pauses.is_open(PauseKind::RetryAfter);
+            && self.gate.closed_until(Instant::now()).is_none();
         if held {
             let until = self.tracker.next_timer();
+            if self.backoff_until == Some(until) {
+                return;
+            }
+            self.backoff_until = Some(until);
             let detail = format!(
                 "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
                 self.tracker.count(Stage::Backoff),
                 self.last_retry
             );
             self.metrics.pauses.open(PauseKind::Backoff, until, &detail);
-        } else if self.metrics.pauses.is_open(PauseKind::Backoff) {
+        } else if self.backoff_until.take().is_some() {
             self.metrics.pauses.close(PauseKind::Backoff);
         }
     }

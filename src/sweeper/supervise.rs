@@ -156,6 +156,7 @@ pub(super) fn new_sweeper(
         commands_taken: 0,
         ramp: None,
         last_retry: String::new(),
+        backoff_until: None,
     }
 }
 
