@@ -50,6 +50,7 @@ use crate::election::{Backend, ElectionHandle, Leadership};
 use crate::kube_client;
 use crate::metrics::ScopeMetrics;
 use crate::model::Observation;
+use crate::pause::PauseKind;
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
@@ -136,7 +137,7 @@ pub struct Engine {
     /// Each scope's key, once resolved.
     keys: RwLock<HashMap<Scope, Scope>>,
     /// Scopes the allow lists refused, with the error their first event got.
-    refused: RwLock<HashMap<Scope, String>>,
+    refused: RwLock<HashMap<Scope, (String, u64)>>,
     interned: Arc<Interned>,
     next_id: AtomicU64,
     closed: AtomicBool,
@@ -275,7 +276,7 @@ impl Engine {
             if let Err(e) = self.check_allowed(scope) {
                 warn!("Scope {scope} is not watched: {e}");
                 let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
-                refused.insert(scope.clone(), e.to_string());
+                refused.insert(scope.clone(), (e.to_string(), crate::metrics::epoch_ms()));
                 continue;
             }
             let key = self.key_of(scope);
@@ -530,7 +531,7 @@ impl Engine {
                  are ignored without a further error"
             );
             let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
-            refused.insert(scope.clone(), e.to_string());
+            refused.insert(scope.clone(), (e.to_string(), crate::metrics::epoch_ms()));
             return Err(e);
         }
         slot.admitted.store(true, Ordering::Release);
@@ -544,6 +545,7 @@ impl Engine {
         let _enter = self.rt.enter();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let metrics = Arc::new(ScopeMetrics::default());
+        metrics.pauses.set_scope(&scope.to_string());
         let election = ElectionHandle::supervised(
             &self.backend,
             key.clone(),
@@ -610,8 +612,60 @@ impl Engine {
             v["scope"] = scope.to_string().into();
             v["context"] = scope.context.clone().into();
             v["namespace"] = scope.namespace.clone().into();
+            drop(scopes);
+            if let Some(refused) = self.refused_value(scope) {
+                return refused.to_string();
+            }
         }
         v.to_string()
+    }
+
+    /// The status of a scope the allow lists refused: unknown, unhealthy, paused for good.
+    fn refused_value(&self, scope: &Scope) -> Option<serde_json::Value> {
+        let refused = self.refused.read().unwrap_or_else(|p| p.into_inner());
+        let (why, since_ms) = refused.get(scope)?;
+        let reason = format!("the scope is refused: {why}; its pods are never tracked");
+        Some(serde_json::json!({
+            "known": false,
+            "leadership": "UNKNOWN",
+            "scope": scope.to_string(),
+            "context": scope.context,
+            "namespace": scope.namespace,
+            "refused": true,
+            "healthy": false,
+            "health_reason": reason,
+            "health_reasons": [reason],
+            "paused": true,
+            "pause_reason": PauseKind::Refused.as_str(),
+            "paused_until_ms": null,
+            "pause_ms": crate::metrics::epoch_ms().saturating_sub(*since_ms),
+            "pause_detail": why,
+            "pauses": [{
+                "reason": PauseKind::Refused.as_str(),
+                "detail": why,
+                "since_ms": since_ms,
+                "until_ms": null,
+                "pause_ms": crate::metrics::epoch_ms().saturating_sub(*since_ms),
+                "unhealthy": true,
+            }],
+            "backend": self.backend.name(),
+            "server_id": self.server_id,
+        }))
+    }
+
+    /// The status of every scope of the configuration the allow lists refused (self-watch
+    /// mode; JNI mode's refused scopes are not listed), sorted by scope.
+    pub fn refused_configured(&self) -> Vec<serde_json::Value> {
+        let Some(w) = &self.settings.watch else {
+            return Vec::new();
+        };
+        let mut scopes: Vec<&Scope> = w.scopes.iter().collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+            .into_iter()
+            .filter_map(|s| self.refused_value(s))
+            .collect()
     }
 
     /// A JSON array with the snapshot of every scope task this server runs, sorted by scope.

@@ -47,6 +47,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod pause;
 pub mod restart;
 pub mod schedule;
 pub mod scope;
