@@ -738,6 +738,41 @@ mod tests {
         }
     }
 
+    /// The diff's new file `PodsweepConf.scala`, without the `+` of its lines.
+    fn scala_in_diff() -> Option<String> {
+        let diff = std::fs::read_to_string(repo("java/kyuubi/kyuubi-1.12.0-podsweep.diff")).ok()?;
+        let start = diff.find(
+            "+++ b/kyuubi-server/src/main/scala/org/apache/kyuubi/engine/PodsweepConf.scala",
+        )?;
+        let body = diff[start..].split_once("\n@@")?.1.split_once('\n')?.1;
+        let mut out = String::new();
+        for line in body.lines() {
+            match line.strip_prefix('+') {
+                Some(l) => {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+                None => break,
+            }
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn the_patch_carries_the_generated_conf_object() {
+        let generated = scala();
+        let in_diff = scala_in_diff().expect(
+            "the diff has no new file kyuubi-server/.../engine/PodsweepConf.scala; \
+             `podsweep --list-keys scala` prints it",
+        );
+        assert!(
+            in_diff == generated,
+            "PodsweepConf.scala in java/kyuubi/kyuubi-1.12.0-podsweep.diff is not what the key \
+             table generates: replace that new file's lines with `podsweep --list-keys scala` \
+             (each prefixed with +) and fix its hunk's line count"
+        );
+    }
+
     #[test]
     fn json_lists_every_key_with_its_samples() {
         let v: serde_json::Value = serde_json::from_str(&json()).unwrap();
