@@ -369,3 +369,57 @@ async fn a_refused_configured_scope_is_reported() {
     assert_eq!(v[1]["pause_reason"], "refused", "{v}");
     assert_eq!(signal(&mut d, "-TERM").await, 0);
 }
+
+/// A bad configuration is reported without the secrets it holds (Kyuubi's redaction rule, URL
+/// passwords), and `--list-keys` prints podsweep's key table.
+#[tokio::test]
+async fn a_bad_configuration_is_reported_without_its_secrets_and_list_keys_prints_the_table() {
+    let api = PodsApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("kyuubi-defaults.conf");
+    std::fs::write(&conf, conf_file(&api)).unwrap();
+    let cases: &[(&str, &str)] = &[
+        (
+            "kyuubi.kubernetes.master.address=ftp://admin:hunter2pw@api.example",
+            "hunter2pw",
+        ),
+        (
+            "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps=secret-7f3a",
+            "secret-7f3a",
+        ),
+    ];
+    for (arg, secret) in cases {
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&conf)
+            .args(["--listen", "127.0.0.1:0", "--conf", arg])
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("{arg} -> {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(2), "{arg}");
+        assert!(!err.contains(secret), "{arg}: {err}");
+        assert!(err.contains("*********(redacted)"), "{arg}: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["--list-keys", "json"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let keys: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        keys.as_array().unwrap().len(),
+        podsweep::config::table::KEYS.len()
+    );
+    let md = Command::new(BIN)
+        .args(["--list-keys", "markdown"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&md.stdout),
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md")).unwrap()
+    );
+}

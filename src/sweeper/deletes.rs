@@ -282,6 +282,14 @@ impl Sweeper {
         };
         let (name, tag, scope) = (&rec.name(), &rec.tag, &self.scope);
         match outcome.class {
+            OutcomeClass::Accepted if rec.immediate => {
+                info!(
+                    scope = %scope, pod = %name, uid = %uid, tag = %tag,
+                    "{verb} driver pod {name} ({}, kyuubi-unique-tag={tag}) in scope {scope}, {late:.1}s after Kyuubi asked for its deletion",
+                    rec.state.as_str()
+                );
+                self.metrics.record_lag(late);
+            }
             OutcomeClass::Accepted => {
                 info!(
                     scope = %scope, pod = %name, uid = %uid, tag = %tag,

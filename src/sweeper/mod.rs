@@ -115,6 +115,9 @@ pub enum Command {
     Listed(Box<std::collections::HashSet<Uid>>),
     /// Self-watch mode: this server stopped watching the scope's pods.
     Unwatched,
+    /// Kyuubi asks for this pod to be deleted at once (why, for the log: e.g. its batch was
+    /// CANCELED); see [`crate::tracker::Tracker::due_now`].
+    DueNow(Observation, Box<str>),
     Shutdown,
 }
 
@@ -295,6 +298,7 @@ impl Sweeper {
             Command::SeenRunning(uid, at) => self.tracker.saw_running(&uid, at),
             Command::Listed(uids) => self.on_listed(&uids),
             Command::Unwatched => self.on_unwatched(),
+            Command::DueNow(obs, why) => self.on_due_now(&obs, &why),
             Command::Shutdown => return true,
         }
         false
@@ -322,6 +326,9 @@ impl Sweeper {
     }
 
     fn time_left(&self, rec: &crate::tracker::Record, now_wall: std::time::SystemTime) -> Duration {
+        if rec.immediate {
+            return Duration::ZERO;
+        }
         schedule::time_left(
             rec.terminated_at(),
             rec.first_seen(),
@@ -336,6 +343,10 @@ impl Sweeper {
         rec: &crate::tracker::Record,
         now_wall: std::time::SystemTime,
     ) -> std::time::SystemTime {
+        if rec.immediate {
+            // Due from the moment Kyuubi asked.
+            return rec.first_seen();
+        }
         schedule::deadline(
             rec.terminated_at(),
             rec.first_seen(),
@@ -387,6 +398,7 @@ impl Sweeper {
                     "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name()
                 );
             }
+            Verdict::DueNow => self.make_due_now(uid, now_wall),
             Verdict::Disarm(rec) => {
                 ScopeMetrics::inc(&self.metrics.disarmed);
                 self.forget(&uid);
@@ -398,6 +410,50 @@ impl Sweeper {
                     "Pod {} is {} again after {}; its cleanup is disarmed until it terminates again",
                     rec.name(), obs.state.as_str(), rec.state.as_str()
                 );
+            }
+        }
+    }
+
+    /// Kyuubi asks for a pod to be deleted at once: the leader sends its DELETE (with the UID
+    /// precondition) as soon as it may, whatever the cleanup kind and the pod's state.
+    fn on_due_now(&mut self, obs: &Observation, why: &str) {
+        ScopeMetrics::inc(&self.metrics.observed);
+        let uid = Uid::new(&obs.pod_uid);
+        let now_wall = self.clock.now();
+        match self.tracker.due_now(&uid, obs, now_wall, Instant::now()) {
+            Verdict::DueNow => {
+                info!(
+                    scope = %self.scope, pod = %obs.pod_name, uid = %uid, tag = %obs.tag,
+                    "Pod {} ({}, kyuubi-unique-tag={}) is to be deleted now: {why}",
+                    obs.pod_name, obs.state.as_str(), obs.tag
+                );
+                self.make_due_now(uid, now_wall);
+            }
+            Verdict::Cancel(rec) => {
+                ScopeMetrics::inc(&self.metrics.cancelled);
+                self.forget(&uid);
+                if self.inflight_abort.contains_key(&uid) {
+                    self.finishing.insert(uid.clone(), rec);
+                }
+            }
+            _ => debug!(
+                scope = %self.scope, pod = %obs.pod_name, uid = %uid,
+                "Pod {} is already gone or being deleted; nothing to do ({why})", obs.pod_name
+            ),
+        }
+    }
+
+    /// A record Kyuubi wants deleted at once: due now unless it is already due, in flight or
+    /// waiting for a retry.
+    fn make_due_now(&mut self, uid: Uid, now_wall: std::time::SystemTime) {
+        if self
+            .tracker
+            .get(&uid)
+            .is_some_and(|r| r.stage == Stage::Scheduled)
+        {
+            self.tracker.disarm(&uid);
+            if self.make_due(uid, now_wall) {
+                self.dispatch();
             }
         }
     }
