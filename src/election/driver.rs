@@ -363,6 +363,7 @@ pub(crate) async fn drive<C: Connect>(
                 match acquired {
                     Ok(s) => s,
                     Err(reason) => {
+                        // runbook: The HA backend cannot be reached
                         warn!(scope = %r.scope, "{reason}");
                         r.no_quorum(&reason);
                         if rest(backoff.next_delay()).await {
@@ -548,6 +549,7 @@ async fn lead<S: Session>(
                     }
                     Err(Fault::Lost(reason)) => return End::Lost(reason),
                     Err(Fault::Retry(reason)) => {
+                        // runbook: A leadership confirmation failed
                         warn!(scope = %r.scope, "confirming {why_won}: {reason}");
                         if lease_until.take().is_some() {
                             r.pause(&reason);
@@ -561,6 +563,7 @@ async fn lead<S: Session>(
                 lease_until = None;
                 (confirmed, proven) = (false, None);
                 let reason = "lease deadline near without a newer confirmed heartbeat";
+                // runbook: A leader paused: lease deadline near
                 warn!(scope = %r.scope, "{reason}");
                 r.pause(reason);
                 why = "heartbeat confirmed again".into();

@@ -381,6 +381,7 @@ async fn keep_alive(
                 }
                 Reply::Failed(e) => {
                     let reason = format!("lease keep-alive failed: {e}");
+                    // runbook: etcd lease keep-alive failed
                     warn!(lease = %hex(lease), "{reason}");
                     beat = Some(beat_at(None, Instant::now() + backoff.next_delay()));
                     publish(Health::Doubt(reason));
@@ -392,6 +393,7 @@ async fn keep_alive(
                     "no keep-alive confirmed for a whole lease TTL ({:?}); it may have expired",
                     t.ttl
                 );
+                // runbook: etcd lease not confirmed for a whole TTL
                 warn!(lease = %hex(lease), "{reason}");
                 publish(Health::Down(reason));
             }
