@@ -195,6 +195,8 @@ lazy val kyuubiDropin = (project in file("kyuubi/dropin"))
 //   podsweep-<v>-linux-x86_64.jar    platform jars: the same classes plus native/linux/<arch>/
 //   podsweep-<v>-linux-aarch64.jar   libpodsweep.so, META-INF/THIRD-PARTY-LICENSES.txt and the
 //                                    library's SBOM; one of them is all a server's class path needs
+//   podsweep-<v>-linux.jar           the same classes plus both libraries and both SBOMs: one jar
+//                                    for every architecture (NativeLoader picks by os.arch)
 //   podsweep-<v>-sources.jar, podsweep-<v>-javadoc.jar, podsweep-<v>.pom,
 //   podsweep-<v>-cyclonedx.json (the jars' SBOM, sbt-sbom), podsweep-<v>-linux-<arch>-cyclonedx.json
 //   (the library's SBOM, cargo-cyclonedx, also inside the platform jar)
@@ -209,18 +211,24 @@ val platformInputs = settingKey[Map[String, Seq[(File, String)]]](
   "per architecture: the files a platform jar adds to the API jar, with their paths in the jar")
 val platformJarX86_64 = taskKey[File]("podsweep-<version>-linux-x86_64.jar")
 val platformJarAarch64 = taskKey[File]("podsweep-<version>-linux-aarch64.jar")
+val platformJarLinux = taskKey[File]("podsweep-<version>-linux.jar: both architectures in one jar")
 val stageRelease = taskKey[Seq[File]]("copies every published artifact to ../target/release")
 
-def platformJar(arch: String): Def.Initialize[Task[File]] = Def.task {
-  val extra = platformInputs.value(arch)
+/**
+ * A platform jar: the API jar plus the inputs of the given architectures (native library, SBOM,
+ * the notices once). `linux-<arch>` for one architecture, `linux` for all of them: one jar an
+ * operator drops into $KYUUBI_HOME/jars on any of them (NativeLoader picks the library of os.arch).
+ */
+def platformJar(archs: Seq[String], classifier: String): Def.Initialize[Task[File]] = Def.task {
+  val extra = archs.flatMap(platformInputs.value).distinct
   extra.collect { case (f, _) if !f.isFile => f }.foreach { f =>
-    sys.error(s"the linux-$arch platform jar needs $f; build it with scripts/package")
+    sys.error(s"the $classifier platform jar needs $f; build it with scripts/package")
   }
-  val jar = target.value / s"${name.value}-${version.value}-linux-$arch.jar"
+  val jar = target.value / s"${name.value}-${version.value}-$classifier.jar"
   val manifest = new java.util.jar.Manifest()
   val attrs = manifest.getMainAttributes
   attrs.put(java.util.jar.Attributes.Name.MANIFEST_VERSION, "1.0")
-  attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_TITLE, s"${name.value} (linux-$arch)")
+  attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_TITLE, s"${name.value} ($classifier)")
   attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_VERSION, version.value)
   attrs.put(java.util.jar.Attributes.Name.IMPLEMENTATION_VENDOR, organization.value)
   IO.jar((Compile / packageBin / mappings).value ++ extra, jar, manifest, Package.defaultTimestamp)
@@ -262,10 +270,12 @@ platformInputs := {
       root / "target" / "sbom" / s"libpodsweep-linux-$arch.cdx.json" -> s"META-INF/sbom/libpodsweep-linux-$arch.cdx.json")
   }
 }
-platformJarX86_64 := platformJar("x86_64").value
-platformJarAarch64 := platformJar("aarch64").value
+platformJarX86_64 := platformJar(Seq("x86_64"), "linux-x86_64").value
+platformJarAarch64 := platformJar(Seq("aarch64"), "linux-aarch64").value
+platformJarLinux := platformJar(Seq("x86_64", "aarch64"), "linux").value
 addArtifact(Def.setting(Artifact(name.value, "jar", "jar", "linux-x86_64")), platformJarX86_64)
 addArtifact(Def.setting(Artifact(name.value, "jar", "jar", "linux-aarch64")), platformJarAarch64)
+addArtifact(Def.setting(Artifact(name.value, "jar", "jar", "linux")), platformJarLinux)
 Seq("x86_64" -> "linux-x86_64", "aarch64" -> "linux-aarch64").map { case (arch, classifier) =>
   packagedArtifacts += Artifact(name.value, "cyclonedx", "json", s"$classifier-cyclonedx") ->
     platformInputs.value(arch).collectFirst { case (f, path) if path.startsWith("META-INF/sbom/") => f }.get

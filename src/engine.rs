@@ -46,10 +46,11 @@ use crate::deleter::{KubeDeleter, PodDeleter};
 use crate::election::etcd::EtcdBackend;
 use crate::election::local::LocalBackend;
 use crate::election::zookeeper::ZooKeeperBackend;
-use crate::election::{Backend, ElectionHandle, Leadership};
+use crate::election::{Backend, ElectionHandle, Identity, Leadership};
 use crate::kube_client;
 use crate::metrics::ScopeMetrics;
 use crate::model::Observation;
+use crate::pause::PauseKind;
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
@@ -125,7 +126,8 @@ pub fn runtime() -> Result<&'static tokio::runtime::Runtime, EngineError> {
 
 pub struct Engine {
     settings: Arc<Settings>,
-    server_id: String,
+    /// This server's id in the elections (it may be confirmed after the start).
+    identity: Identity,
     backend: Arc<dyn Backend>,
     source: DeleterSource,
     clock: Clock,
@@ -136,7 +138,7 @@ pub struct Engine {
     /// Each scope's key, once resolved.
     keys: RwLock<HashMap<Scope, Scope>>,
     /// Scopes the allow lists refused, with the error their first event got.
-    refused: RwLock<HashMap<Scope, String>>,
+    refused: RwLock<HashMap<Scope, (String, u64)>>,
     interned: Arc<Interned>,
     next_id: AtomicU64,
     closed: AtomicBool,
@@ -152,6 +154,17 @@ impl Engine {
         server_id: &str,
         rt: tokio::runtime::Handle,
     ) -> Result<Self, EngineError> {
+        Self::with_identity(settings, Identity::fixed(server_id), rt)
+    }
+
+    /// [`Engine::new`] with an identity that may still be pending ([`Identity::pending`]): a
+    /// Kyuubi server that binds port 0 confirms it once bound ([`Engine::confirm_server_id`]);
+    /// until then the scopes track pods but do not campaign.
+    pub fn with_identity(
+        settings: Settings,
+        identity: Identity,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Self, EngineError> {
         kube_client::validate(&settings.raw).map_err(|e| match e {
             kube_client::KubeClientError::Invalid { key, message } => {
                 EngineError::Config(ConfigError::invalid(&key, "", message))
@@ -164,7 +177,16 @@ impl Engine {
             HaSettings::Etcd(e) => Arc::new(EtcdBackend::new(e.clone())),
         };
         let source = kube_source(settings.raw.clone());
-        Self::with_parts(settings, server_id, backend, source, Clock::System, rt)
+        let watch_source = watch::kube_clients(settings.raw.clone());
+        Self::assemble(
+            settings,
+            identity,
+            backend,
+            source,
+            watch_source,
+            Clock::System,
+            rt,
+        )
     }
 
     /// An engine with injected parts (tests, benches, the demo). In self-watch mode the pod
@@ -200,6 +222,27 @@ impl Engine {
         clock: Clock,
         rt: tokio::runtime::Handle,
     ) -> Result<Self, EngineError> {
+        Self::assemble(
+            settings,
+            Identity::fixed(server_id),
+            backend,
+            source,
+            watch_source,
+            clock,
+            rt,
+        )
+    }
+
+    fn assemble(
+        settings: Settings,
+        identity: Identity,
+        backend: Arc<dyn Backend>,
+        source: DeleterSource,
+        watch_source: watch::ClientSource,
+        clock: Clock,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Self, EngineError> {
+        let server_id = identity.current();
         if server_id.trim().is_empty() {
             return Err(EngineError::Argument {
                 name: "serverId",
@@ -220,10 +263,16 @@ impl Engine {
             .watch
             .as_ref()
             .map_or(keys::CLEANUP_KIND, |w| w.kind_key);
+        let server_id = if identity.is_settled() {
+            server_id
+        } else {
+            format!("{server_id} (provisional, until the server confirms the address it binds)")
+        };
         match settings.kind {
             CleanupKind::None => info!(
                 "podsweep {} started for server {server_id}: {kind_key} = NONE, so no driver pod \
-                 is deleted",
+                 is deleted after its retain period (the pods Kyuubi asks to delete at once, \
+                 e.g. of a canceled batch, are)",
                 env!("CARGO_PKG_VERSION"),
             ),
             kind => info!(
@@ -236,7 +285,7 @@ impl Engine {
         }
         let engine = Engine {
             settings: Arc::new(settings),
-            server_id: server_id.to_owned(),
+            identity,
             backend,
             source,
             clock,
@@ -275,7 +324,7 @@ impl Engine {
             if let Err(e) = self.check_allowed(scope) {
                 warn!("Scope {scope} is not watched: {e}");
                 let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
-                refused.insert(scope.clone(), e.to_string());
+                refused.insert(scope.clone(), (e.to_string(), crate::metrics::epoch_ms()));
                 continue;
             }
             let key = self.key_of(scope);
@@ -296,6 +345,65 @@ impl Engine {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// This server's id in the elections now.
+    pub fn server_id(&self) -> String {
+        self.identity.current()
+    }
+
+    /// Confirms this server's id (e.g. `host:port` once the Kyuubi server bound its port):
+    /// campaigns waiting for it go on. Confirming the id it already has changes nothing.
+    pub fn confirm_server_id(&self, id: &str) -> Result<(), EngineError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        if id.trim().is_empty() {
+            return Err(EngineError::Argument {
+                name: "serverId",
+                message: "must not be empty".into(),
+            });
+        }
+        if self.identity.is_settled() && self.identity.current() == id {
+            return Ok(());
+        }
+        let before = self.identity.confirm(id);
+        if before != id {
+            info!("podsweep's server id is {id} (was {before}), the address the server bound");
+        }
+        Ok(())
+    }
+
+    /// Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an
+    /// orphan pod): the scope's leader sends its DELETE as soon as it may, with the UID
+    /// precondition, whatever the pod's state and the cleanup kind (a scope of kind NONE starts
+    /// its election for it). `why` is logged with it. Non-blocking; refused in self-watch mode.
+    pub fn due_now(&self, scope: Scope, obs: Observation, why: &str) -> Result<(), EngineError> {
+        self.check_observation(&obs, true)?;
+        if !obs.is_kyuubi_driver() {
+            return Ok(());
+        }
+        let slot = self.slot(self.scope_id(scope)?)?;
+        if !slot.admitted.load(Ordering::Acquire) && !self.admit(&slot)? {
+            return Ok(());
+        }
+        let why: Box<str> = why.chars().take(200).collect::<String>().into();
+        {
+            let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = scopes.get(&slot.key) {
+                let _ = h.tx.send(Command::DueNow(obs, why));
+                return Ok(());
+            }
+        }
+        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return Err(EngineError::Closed);
+        }
+        let h = scopes
+            .entry(slot.key.clone())
+            .or_insert_with(|| self.start_scope(slot.scope.clone(), slot.key.clone(), Some(&slot)));
+        let _ = h.tx.send(Command::DueNow(obs, why));
+        Ok(())
     }
 
     /// Feeds one pod event. Non-blocking.
@@ -530,7 +638,7 @@ impl Engine {
                  are ignored without a further error"
             );
             let mut refused = self.refused.write().unwrap_or_else(|p| p.into_inner());
-            refused.insert(scope.clone(), e.to_string());
+            refused.insert(scope.clone(), (e.to_string(), crate::metrics::epoch_ms()));
             return Err(e);
         }
         slot.admitted.store(true, Ordering::Release);
@@ -544,10 +652,11 @@ impl Engine {
         let _enter = self.rt.enter();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let metrics = Arc::new(ScopeMetrics::default());
-        let election = ElectionHandle::supervised(
+        metrics.pauses.set_scope(&scope.to_string());
+        let election = ElectionHandle::supervised_as(
             &self.backend,
             key.clone(),
-            self.server_id.clone(),
+            self.identity.clone(),
             metrics.clone(),
             self.sweeper_cfg.leaderless_alert,
         );
@@ -610,8 +719,60 @@ impl Engine {
             v["scope"] = scope.to_string().into();
             v["context"] = scope.context.clone().into();
             v["namespace"] = scope.namespace.clone().into();
+            drop(scopes);
+            if let Some(refused) = self.refused_value(scope) {
+                return refused.to_string();
+            }
         }
         v.to_string()
+    }
+
+    /// The status of a scope the allow lists refused: unknown, unhealthy, paused for good.
+    fn refused_value(&self, scope: &Scope) -> Option<serde_json::Value> {
+        let refused = self.refused.read().unwrap_or_else(|p| p.into_inner());
+        let (why, since_ms) = refused.get(scope)?;
+        let reason = format!("the scope is refused: {why}; its pods are never tracked");
+        Some(serde_json::json!({
+            "known": false,
+            "leadership": "UNKNOWN",
+            "scope": scope.to_string(),
+            "context": scope.context,
+            "namespace": scope.namespace,
+            "refused": true,
+            "healthy": false,
+            "health_reason": reason,
+            "health_reasons": [reason],
+            "paused": true,
+            "pause_reason": PauseKind::Refused.as_str(),
+            "paused_until_ms": null,
+            "pause_ms": crate::metrics::epoch_ms().saturating_sub(*since_ms),
+            "pause_detail": why,
+            "pauses": [{
+                "reason": PauseKind::Refused.as_str(),
+                "detail": why,
+                "since_ms": since_ms,
+                "until_ms": null,
+                "pause_ms": crate::metrics::epoch_ms().saturating_sub(*since_ms),
+                "unhealthy": true,
+            }],
+            "backend": self.backend.name(),
+            "server_id": self.server_id(),
+        }))
+    }
+
+    /// The status of every scope of the configuration the allow lists refused (self-watch
+    /// mode; JNI mode's refused scopes are not listed), sorted by scope.
+    pub fn refused_configured(&self) -> Vec<serde_json::Value> {
+        let Some(w) = &self.settings.watch else {
+            return Vec::new();
+        };
+        let mut scopes: Vec<&Scope> = w.scopes.iter().collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+            .into_iter()
+            .filter_map(|s| self.refused_value(s))
+            .collect()
     }
 
     /// A JSON array with the snapshot of every scope task this server runs, sorted by scope.
@@ -663,7 +824,8 @@ impl Engine {
         v["namespace"] = scope.namespace.clone().into();
         v["election_scope"] = key.to_string().into();
         v["backend"] = self.backend.name().into();
-        v["server_id"] = self.server_id.clone().into();
+        v["server_id"] = self.identity.current().into();
+        v["server_id_confirmed"] = self.identity.is_settled().into();
         v["log_records_dropped"] = crate::logging::dropped().into();
         v
     }
@@ -705,7 +867,7 @@ impl Engine {
         }
         info!(
             "podsweep for server {} closing: {} scopes, nothing is deleted on close",
-            self.server_id,
+            self.identity.current(),
             handles.len()
         );
         (handles, watches)

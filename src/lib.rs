@@ -8,8 +8,10 @@
 //! 1. A DELETE is sent only by the current, unpaused leader of the scope whose lease deadline has
 //!    not passed, for a pod whose record says: Kyuubi Spark driver pod (labels `kyuubi-unique-tag`
 //!    and `spark-app-selector`), terminated, allowed by the cleanup kind, deadline passed, not
-//!    already deleting or gone. It carries a UID precondition, so a re-created pod with the same
-//!    name is never deleted. Names that are not Kubernetes names are refused; paths are encoded.
+//!    already deleting or gone (or a pod Kyuubi deletes at once, [`engine::Engine::due_now`],
+//!    whatever its state and the kind). It carries a UID precondition, so a re-created pod with
+//!    the same name is never deleted. Names that are not Kubernetes names are refused; paths are
+//!    encoded.
 //! 2. Leadership is an efficiency lock, not a correctness lock: two leaders may overlap for a
 //!    moment; the cost is a duplicate DELETE that ends in 404 or 409. The lease is checked at send
 //!    time: a DELETE still in flight when it lapses is dropped. Scopes naming the same cluster and
@@ -47,6 +49,7 @@ pub mod logging;
 pub mod metrics;
 pub mod model;
 pub mod names;
+pub mod pause;
 pub mod restart;
 pub mod schedule;
 pub mod scope;

@@ -157,6 +157,11 @@ impl<S: Subscriber> Layer<S> for ChannelLayer {
             .filter(|_| meta.target().starts_with("log"))
             .unwrap_or(meta.target())
             .to_owned();
+        // No secret of the configuration leaves in a log record (crate::config::redact).
+        let message = match crate::config::redact::scrub(&message) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(scrubbed) => scrubbed,
+        };
         let rec = Record {
             level: level_number(meta.level()),
             target,

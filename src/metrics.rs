@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use crate::deleter::OutcomeClass;
+use crate::pause::{PauseKind, Pauses};
 
 #[derive(Debug, Default)]
 pub struct ScopeMetrics {
@@ -21,8 +22,10 @@ pub struct ScopeMetrics {
     pub leaderless_since_ms: AtomicU64,
     /// Why the scope is unhealthy: a set of `UNHEALTHY_*` bits; 0 is healthy.
     pub unhealthy: AtomicU64,
-    /// The reason of the most recent unhealthy bit set.
-    health_reason: Mutex<String>,
+    /// The reason of each unhealthy bit set (by bit index), and the most recent one's index.
+    health_reasons: Mutex<([String; UNHEALTHY_BITS], usize)>,
+    /// What holds the scope back now.
+    pub pauses: Pauses,
     pub disarmed: AtomicU64,
     pub spared: AtomicU64,
     /// Restarts after a failure of the scope's tasks (cleanup, election, pod watch).
@@ -53,6 +56,12 @@ pub const UNHEALTHY_ELECTION_RESTARTED: u64 = 8;
 pub const UNHEALTHY_WATCH_RESTARTED: u64 = 16;
 /// The scope's pod watch has failed, list after list, for `ha.leaderlessAlertAfter`.
 pub const UNHEALTHY_WATCH_FAILING: u64 = 32;
+/// The API server has held the scope's DELETEs back (Retry-After) for `ha.leaderlessAlertAfter`.
+pub const UNHEALTHY_THROTTLED: u64 = 64;
+/// This server leads the scope but its pod watch cannot list the pods (it watches nothing).
+pub const UNHEALTHY_WATCH_CANNOT_LIST: u64 = 128;
+/// How many `UNHEALTHY_*` bits there are.
+const UNHEALTHY_BITS: usize = 8;
 
 /// Upper bound of lag bucket `k`, in seconds.
 fn lag_bound(k: usize) -> f64 {
@@ -62,8 +71,61 @@ fn lag_bound(k: usize) -> f64 {
 impl ScopeMetrics {
     /// Sets an unhealthy bit with its reason.
     pub fn set_unhealthy(&self, bit: u64, reason: &str) {
-        *self.health_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason.to_owned();
+        let i = (bit.trailing_zeros() as usize).min(UNHEALTHY_BITS - 1);
+        let mut r = self
+            .health_reasons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if r.0[i] != reason {
+            r.0[i] = reason.to_owned();
+        }
+        r.1 = i;
         self.unhealthy.fetch_or(bit, Relaxed);
+    }
+
+    /// Whether an unhealthy bit is set.
+    pub fn is_unhealthy(&self, bit: u64) -> bool {
+        self.unhealthy.load(Relaxed) & bit != 0
+    }
+
+    /// The reasons of the unhealthy bits set, most recent first.
+    fn reasons(&self) -> (Option<String>, Vec<String>) {
+        let bits = self.unhealthy.load(Relaxed);
+        if bits == 0 {
+            return (None, Vec::new());
+        }
+        let r = self
+            .health_reasons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<String> = (0..UNHEALTHY_BITS)
+            .filter(|i| bits & (1 << i) != 0 && *i != r.1)
+            .map(|i| r.0[i].clone())
+            .collect();
+        let latest = if bits & (1 << r.1) != 0 {
+            r.0[r.1].clone()
+        } else {
+            all.first()
+                .cloned()
+                .unwrap_or_else(|| "unhealthy".to_owned())
+        };
+        if bits & (1 << r.1) != 0 {
+            all.insert(0, latest.clone());
+        }
+        (Some(latest), all)
+    }
+
+    /// Whether an open pause of `kind` makes the scope unhealthy now (see the docs' table).
+    pub fn pause_unhealthy(&self, kind: PauseKind) -> bool {
+        match kind {
+            PauseKind::Refused | PauseKind::StepDownHold | PauseKind::Restarting => true,
+            PauseKind::HaSessionLost => self.is_unhealthy(UNHEALTHY_LEADERLESS),
+            PauseKind::WatchFailing => {
+                self.is_unhealthy(UNHEALTHY_WATCH_FAILING | UNHEALTHY_WATCH_CANNOT_LIST)
+            }
+            PauseKind::RetryAfter => self.is_unhealthy(UNHEALTHY_THROTTLED),
+            PauseKind::Backoff => false,
+        }
     }
 
     /// Clears an unhealthy bit; true if it was set.
@@ -133,7 +195,8 @@ impl ScopeMetrics {
             "bucket_bounds_seconds": (0..LAG_BUCKETS).map(lag_bound).collect::<Vec<_>>(),
             "bucket_counts": counts,
         });
-        serde_json::json!({
+        let (reason, reasons) = self.reasons();
+        let mut v = serde_json::json!({
             "lag": lag,
             "oldest_overdue_ms": self.oldest_overdue_ms.load(Relaxed),
             "observed": self.observed.load(Relaxed),
@@ -146,11 +209,9 @@ impl ScopeMetrics {
             "cancelled": self.cancelled.load(Relaxed),
             "leadership_transitions": self.transitions.load(Relaxed),
             "leader": self.leader.load(Relaxed),
-            "healthy": self.unhealthy.load(Relaxed) == 0,
-            "health_reason": match self.unhealthy.load(Relaxed) {
-                0 => serde_json::Value::Null,
-                _ => self.health_reason.lock().unwrap_or_else(|p| p.into_inner()).clone().into(),
-            },
+            "healthy": reason.is_none(),
+            "health_reason": reason,
+            "health_reasons": reasons,
             "disarmed": self.disarmed.load(Relaxed),
             "spared": self.spared.load(Relaxed),
             "restarts": self.restarts.load(Relaxed),
@@ -161,7 +222,9 @@ impl ScopeMetrics {
                 since => epoch_ms().saturating_sub(since),
             },
             "outcomes": outcomes,
-        })
+        });
+        self.pauses.add_to(&mut v, |k| self.pause_unhealthy(k));
+        v
     }
 }
 

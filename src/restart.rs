@@ -21,6 +21,7 @@ use tokio::time::{sleep_until, Instant};
 use tracing::error;
 
 use crate::metrics::ScopeMetrics;
+use crate::pause::PauseKind;
 
 /// First wait before a failed task runs again; it doubles up to [`RESTART_MAX`].
 pub const RESTART_BASE: Duration = Duration::from_secs(1);
@@ -86,6 +87,9 @@ impl Restarts {
             self.what
         );
         self.metrics.set_unhealthy(self.bit, &reason);
+        self.metrics
+            .pauses
+            .open_expiring(PauseKind::Restarting, Instant::now() + delay, &reason);
         ScopeMetrics::inc(&self.metrics.restarts);
         error!(
             scope = %self.scope,

@@ -107,6 +107,10 @@ pub struct Record {
     /// Changed only through [`Tracker::set_stage`] / [`Tracker::set_due`], which keep the
     /// per-stage counts and the overdue set.
     pub stage: Stage,
+    /// Kyuubi asked for the pod to be deleted at once ([`Tracker::due_now`]: the pod of a
+    /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
+    /// and the cleanup kind, and never disarmed by a later running state.
+    pub immediate: bool,
 }
 
 impl Record {
@@ -148,6 +152,8 @@ pub enum Verdict {
     /// The pod is not terminated any more: cancel whatever was pending for it (the record is
     /// gone, without a tombstone: it may terminate again).
     Disarm(Record),
+    /// Kyuubi asked for the pod to be deleted at once: its record is due now.
+    DueNow,
 }
 
 pub struct Tracker {
@@ -268,6 +274,13 @@ impl Tracker {
             return Verdict::Ignore;
         }
         if !obs.state.is_terminated() {
+            if self
+                .slot(uid)
+                .is_some_and(|s| self.records[s as usize].immediate)
+            {
+                // Deleted at once whatever its state: a pod of a canceled batch runs.
+                return Verdict::Ignore;
+            }
             self.spared.remove(uid);
             self.running.insert(uid.clone(), now_wall);
             return match self.remove(uid) {
@@ -310,8 +323,53 @@ impl Tracker {
             overdue_since: 0,
             stage: Stage::Scheduled,
             attempts: 0,
+            immediate: false,
         });
         Verdict::Arm
+    }
+
+    /// Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an orphan
+    /// pod): whatever its state and the cleanup kind, its record is due now (an existing record
+    /// becomes so), and a later running state does not disarm it. A pod already cleaned (a
+    /// tombstone, a DELETE event, a `deletionTimestamp`) is not armed; a pod that is no Kyuubi
+    /// driver pod is ignored. `uid` must be `obs.pod_uid` as a [`Uid`].
+    pub fn due_now(
+        &mut self,
+        uid: &Uid,
+        obs: &Observation,
+        now_wall: SystemTime,
+        now: Instant,
+    ) -> Verdict {
+        if obs.is_cleaned() || !obs.is_kyuubi_driver() {
+            return self.observe(uid, obs, CleanupKind::None, now_wall, now);
+        }
+        self.prune(now);
+        if self.tombstones.contains_key(uid) {
+            return Verdict::Ignore;
+        }
+        self.spared.remove(uid);
+        let seen_running = self.running.remove(uid);
+        if let Some(slot) = self.slot(uid) {
+            self.records[slot as usize].immediate = true;
+            return Verdict::DueNow;
+        }
+        self.counts[Stage::Scheduled as usize] += 1;
+        let name = self.shape(&obs.tag, &obs.pod_name);
+        self.insert(Record {
+            uid: uid.clone(),
+            tag: Ident::new(&obs.tag),
+            name,
+            state: obs.state,
+            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
+            first_seen: ms_ceil(now_wall),
+            seen_running: seen_running.map_or(0, ms_ceil),
+            timer_at: 0,
+            overdue_since: 0,
+            stage: Stage::Scheduled,
+            attempts: 0,
+            immediate: true,
+        });
+        Verdict::DueNow
     }
 
     /// A driver pod was seen in a non-terminal state at `at` by events answered on the caller's

@@ -277,3 +277,149 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
     assert_eq!(code, 200);
     assert_eq!(signal(&mut d, "-TERM").await, 0);
 }
+
+/// Issue 20, as a new user tries it: the daemon pointed at an API server that nobody answers
+/// (a closed port). Its leader watches nothing it could list, so within seconds `/healthz` is
+/// 503 and says so, `podsweep_healthy` and `podsweep_watching` read 0, `podsweep_paused` reads
+/// 1 for `watch_failing` with when the next list is tried, and `/status` has the pause.
+/// Before issue 20: `/healthz` 200 "ok", `podsweep_healthy 1`, `podsweep_watching 1`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_whose_api_server_is_unreachable_is_unhealthy_with_the_reason() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let file = format!(
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind NONE\n\
+         kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind=ALL\n\
+         kyuubi.kubernetes.master.address=http://127.0.0.1:{port}\n\
+         kyuubi.kubernetes.namespace  {NS}\n"
+    );
+    let mut d = start(&file, &[]).await;
+    let t0 = std::time::Instant::now();
+    let (code, body) = loop {
+        let (code, body) = get(&d.url, "/healthz").await;
+        if code != 200 || t0.elapsed() > Duration::from_secs(10) {
+            break (code, body);
+        }
+        sleep(Duration::from_millis(100)).await;
+    };
+    println!("/healthz {code} after {:?}: {body}", t0.elapsed());
+    assert_eq!(code, 503, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let reasons = v["reasons"].to_string();
+    assert!(reasons.contains("cannot list"), "{reasons}");
+    assert!(
+        v["pauses"][0]
+            .as_str()
+            .unwrap()
+            .contains("paused (watch_failing)"),
+        "{v}"
+    );
+    let (_, metrics) = get(&d.url, "/metrics").await;
+    let l = "context=\"\",namespace=\"spark\"";
+    for line in [
+        format!("podsweep_healthy{{{l}}} 0"),
+        format!("podsweep_watching{{{l}}} 0"),
+        format!("podsweep_paused{{{l},reason=\"watch_failing\"}} 1"),
+    ] {
+        assert!(
+            metrics.lines().any(|x| x == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+    assert!(metrics.contains(&format!(
+        "podsweep_pause_until_timestamp_seconds{{{l},reason=\"watch_failing\"}}"
+    )));
+    let (_, status) = get(&d.url, "/status").await;
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v[0]["pause_reason"], "watch_failing", "{v}");
+    assert!(v[0]["paused_until_ms"].is_u64(), "{v}");
+    assert_eq!(signal(&mut d, "-TERM").await, 0);
+}
+
+/// Issue 20: a configured scope the allow lists refuse is listed by `/status`, `/metrics`
+/// (`podsweep_paused{reason="refused"} 1`) and `/healthz` (503 naming it), even while another
+/// scope is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_configured_scope_is_reported() {
+    let api = PodsApi::start().await;
+    let file = format!(
+        "{}kyuubi.kubernetes.client.initialize.list=:spark,:other\n\
+         kyuubi.kubernetes.namespace.allow.list=spark\n",
+        conf_file(&api)
+    );
+    let mut d = start(&file, &[]).await;
+    let (code, body) = get(&d.url, "/healthz").await;
+    println!("/healthz {code} {body}");
+    assert_eq!(code, 503);
+    assert!(body.contains("other") && body.contains("refused"), "{body}");
+    let (_, metrics) = get(&d.url, "/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|x| x == "podsweep_paused{context=\"\",namespace=\"other\",reason=\"refused\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics
+        .lines()
+        .any(|x| x == "podsweep_paused{context=\"\",namespace=\"spark\",reason=\"refused\"} 0"));
+    let (_, status) = get(&d.url, "/status").await;
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v[1]["pause_reason"], "refused", "{v}");
+    assert_eq!(signal(&mut d, "-TERM").await, 0);
+}
+
+/// A bad configuration is reported without the secrets it holds (Kyuubi's redaction rule, URL
+/// passwords), and `--list-keys` prints podsweep's key table.
+#[tokio::test]
+async fn a_bad_configuration_is_reported_without_its_secrets_and_list_keys_prints_the_table() {
+    let api = PodsApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("kyuubi-defaults.conf");
+    std::fs::write(&conf, conf_file(&api)).unwrap();
+    let cases: &[(&str, &str)] = &[
+        (
+            "kyuubi.kubernetes.master.address=ftp://admin:hunter2pw@api.example",
+            "hunter2pw",
+        ),
+        (
+            "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps=secret-7f3a",
+            "secret-7f3a",
+        ),
+    ];
+    for (arg, secret) in cases {
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&conf)
+            .args(["--listen", "127.0.0.1:0", "--conf", arg])
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("{arg} -> {:?}: {}", out.status.code(), err.trim());
+        assert_eq!(out.status.code(), Some(2), "{arg}");
+        assert!(!err.contains(secret), "{arg}: {err}");
+        assert!(err.contains("*********(redacted)"), "{arg}: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["--list-keys", "json"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let keys: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        keys.as_array().unwrap().len(),
+        podsweep::config::table::KEYS.len()
+    );
+    let md = Command::new(BIN)
+        .args(["--list-keys", "markdown"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&md.stdout),
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md")).unwrap()
+    );
+}

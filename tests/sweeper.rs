@@ -551,3 +551,102 @@ async fn a_backend_that_decides_before_the_sweeper_runs_is_seen() {
     assert_eq!(status["leader"], 1, "{status}");
     assert_eq!(status["leadership_transitions"], 1, "{status}");
 }
+
+/// The pod Kyuubi asks to delete at once (the pod of a CANCELED batch): the leader sends one
+/// DELETE with the UID precondition, whatever its state and the cleanup kind (NONE here: no
+/// terminated pod is ever deleted, and the scope starts its election for this pod alone), and a
+/// running state seen later does not disarm it.
+#[tokio::test(start_paused = true)]
+async fn a_pod_kyuubi_wants_deleted_now_goes_at_once_even_running_and_under_kind_none() {
+    start();
+    let mut f = Fixture::new("NONE").await;
+    // Kind NONE: the warm-up started nothing, and a terminated pod is never deleted.
+    f.observe(f.pod("old", EventKind::Update, AppState::Finished, Some(3600)));
+    f.engine
+        .due_now(
+            f.scope.clone(),
+            f.pod("c1", EventKind::Add, AppState::Running, None),
+            "its batch is CANCELED",
+        )
+        .unwrap();
+    // The informer goes on reporting it running: it stays due.
+    f.observe(f.pod("c1", EventKind::Update, AppState::Running, None));
+    assert!(
+        f.next_delete(Duration::from_secs(30)).await.is_none(),
+        "a follower sends nothing"
+    );
+    assert_eq!(f.status()["due"], 1);
+    f.lead().await;
+    let (path, body, send) = f
+        .next_delete(Duration::from_millis(10))
+        .await
+        .expect("a DELETE as soon as this server leads");
+    assert_eq!(path, "/api/v1/namespaces/spark/pods/driver-c1");
+    assert_eq!(body["preconditions"]["uid"], "c1");
+    send.send_response(status_reply(200, "", None));
+    f.settle().await;
+    assert_eq!(f.outcome(OutcomeClass::Accepted), 1);
+    // Once settled, asking again does nothing; the terminated pod of kind NONE stays.
+    f.engine
+        .due_now(
+            f.scope.clone(),
+            f.pod("c1", EventKind::Update, AppState::Running, None),
+            "again",
+        )
+        .unwrap();
+    assert!(f.next_delete(Duration::from_secs(3600)).await.is_none());
+    assert_eq!(f.status()["deletes_sent"], 1);
+}
+
+/// A pod already gone (DELETE event, deletionTimestamp) is not deleted when Kyuubi asks later,
+/// and a pod already scheduled by its termination becomes due at once (one DELETE).
+#[tokio::test(start_paused = true)]
+async fn due_now_after_a_delete_event_sends_nothing_and_a_scheduled_pod_goes_at_once() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    f.observe(f.pod("gone", EventKind::Delete, AppState::Failed, None));
+    f.engine
+        .due_now(
+            f.scope.clone(),
+            f.pod("gone", EventKind::Update, AppState::Running, None),
+            "its batch is CANCELED",
+        )
+        .unwrap();
+    assert!(f.next_delete(Duration::from_secs(5)).await.is_none());
+    // Terminated just now: scheduled a minute out, then asked for at once.
+    f.observe(f.pod("t", EventKind::Update, AppState::Finished, Some(0)));
+    assert!(f.next_delete(Duration::from_secs(5)).await.is_none());
+    f.engine
+        .due_now(
+            f.scope.clone(),
+            f.pod("t", EventKind::Update, AppState::Finished, Some(5)),
+            "orphan pod",
+        )
+        .unwrap();
+    let (path, _, send) = f
+        .next_delete(Duration::from_millis(10))
+        .await
+        .expect("at once");
+    assert_eq!(path, "/api/v1/namespaces/spark/pods/driver-t");
+    send.send_response(status_reply(200, "", None));
+    assert!(f.next_delete(Duration::from_secs(600)).await.is_none());
+    assert_eq!(f.status()["deletes_sent"], 1);
+    // Under kind ALL the informer's events reach the scope: a running state seen after Kyuubi
+    // asked does not disarm the pod (it runs: its batch was canceled while it ran).
+    f.engine
+        .due_now(
+            f.scope.clone(),
+            f.pod("r", EventKind::Add, AppState::Running, None),
+            "its batch is CANCELED",
+        )
+        .unwrap();
+    f.observe(f.pod("r", EventKind::Update, AppState::Running, None));
+    f.observe(f.pod("r", EventKind::Update, AppState::Pending, None));
+    let (path, _, send) = f
+        .next_delete(Duration::from_millis(10))
+        .await
+        .expect("still due");
+    assert_eq!(path, "/api/v1/namespaces/spark/pods/driver-r");
+    send.send_response(status_reply(200, "", None));
+}

@@ -9,6 +9,8 @@ use std::time::Duration;
 use thiserror::Error;
 
 mod ha;
+pub mod redact;
+pub mod table;
 mod time;
 mod watch;
 
@@ -48,8 +50,6 @@ pub mod keys {
     pub const ETCD_SSL_CA: &str = "kyuubi.ha.etcd.ssl.ca.path";
     pub const ETCD_SSL_CERT: &str = "kyuubi.ha.etcd.ssl.client.certificate.path";
     pub const ETCD_SSL_KEY: &str = "kyuubi.ha.etcd.ssl.client.key.path";
-    /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
-    /// ZooKeeper that Kyuubi started for this server alone.
     pub const RATE_QPS: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps";
     pub const RATE_BURST: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.burst";
@@ -64,7 +64,17 @@ pub mod keys {
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.summaryInterval";
     pub const LEADERLESS_ALERT: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
+    /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
+    /// ZooKeeper that Kyuubi started for this server alone.
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
+    /// Read by the patched Kyuubi, not by the engine: `false` restores Kyuubi's own cleanup.
+    pub const PODSWEEP_ENABLED: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.podsweep.enabled";
+    /// Read by the drop-in provider, not by the engine: `false` switches it off.
+    pub const DROPIN_ENABLED: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.dropin.enabled";
+    /// Kyuubi's redaction pattern (`kyuubi.server.redaction.regex`).
+    pub const REDACTION_REGEX: &str = "kyuubi.server.redaction.regex";
     pub const IDLE_RELEASE: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle";
     pub const STEP_DOWN_AFTER: &str =
@@ -268,10 +278,35 @@ pub struct Settings {
     pub watch: Option<WatchSettings>,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
+    /// Which of its values are secret ([`redact`]).
+    pub redactor: redact::Redactor,
 }
 
 impl Settings {
+    /// Parses a Kyuubi configuration. An error about a secret key or value (Kyuubi's
+    /// `kyuubi.server.redaction.regex`, podsweep's default pattern) carries
+    /// `*********(redacted)` instead of the value, and every secret value is remembered so that
+    /// no log line or exception message shows it ([`redact::scrub`]).
     pub fn from_map(raw: HashMap<String, String>) -> Result<Self, ConfigError> {
+        let redactor = redact::Redactor::from_conf(&raw);
+        redact::remember(&raw, &redactor);
+        Self::parse(raw, redactor.clone()).map_err(|e| match e {
+            ConfigError::Invalid {
+                key,
+                value,
+                message,
+            } => ConfigError::Invalid {
+                value: redactor.shown(&key, &value).into_owned(),
+                key,
+                message,
+            },
+        })
+    }
+
+    fn parse(
+        raw: HashMap<String, String>,
+        redactor: redact::Redactor,
+    ) -> Result<Self, ConfigError> {
         let get = |k: &str| raw.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
         let stock_kind = match get(keys::CLEANUP_KIND) {
             None => CleanupKind::None,
@@ -328,6 +363,7 @@ impl Settings {
             tuning: parse_tuning(&get)?,
             watch,
             raw: raw.clone(),
+            redactor,
         })
     }
 

@@ -237,3 +237,24 @@ fn unbounded_durations_and_rates_are_refused_naming_the_key() {
     assert_eq!(d.step_down_after, Duration::from_secs(120));
     assert_eq!(d.idle_release, Duration::from_secs(1800));
 }
+
+#[test]
+fn an_error_never_shows_a_secret_value() {
+    // A value the default pattern marks secret (it mentions a token).
+    let e = Settings::from_map(conf(&[(keys::RATE_QPS, "token-5f2a9c")])).unwrap_err();
+    assert_eq!(e.key(), keys::RATE_QPS);
+    assert!(!e.to_string().contains("token-5f2a9c"), "{e}");
+    assert!(e.to_string().contains(redact::REPLACEMENT), "{e}");
+    // A key the configured pattern marks secret.
+    let e = Settings::from_map(conf(&[
+        (keys::REDACTION_REGEX, "ha\\.addresses"),
+        (keys::HA_ADDRESSES, "http://zk-7d1e:2379,::nonsense::"),
+        (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
+    ]))
+    .unwrap_err();
+    assert_eq!(e.key(), keys::HA_ADDRESSES);
+    assert!(!e.to_string().contains("zk-7d1e"), "{e}");
+    // Other values are shown, to help whoever fixes them.
+    let e = Settings::from_map(conf(&[(keys::RATE_QPS, "ten")])).unwrap_err();
+    assert!(e.to_string().contains("\"ten\""), "{e}");
+}

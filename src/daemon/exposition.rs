@@ -5,6 +5,8 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+use crate::pause::PauseKind;
+
 /// A scope's status is unhealthy after its pod watch has failed this long.
 pub const WATCH_FAILING_UNHEALTHY_MS: u64 = 60_000;
 
@@ -14,11 +16,26 @@ pub fn health_reasons(scopes: &[Value]) -> Vec<String> {
         return vec!["no scope is watched (see the log: kind NONE, or the allow lists refuse every configured scope)".into()];
     }
     let mut out = Vec::new();
+    if !scopes.iter().any(|s| s["known"] != false) {
+        out.push("no scope is watched (see the log: kind NONE, or the allow lists refuse every configured scope)".into());
+    }
     for s in scopes {
         let name = s["scope"].as_str().unwrap_or("?");
         if s["healthy"] == false {
-            let why = s["health_reason"].as_str().unwrap_or("unhealthy");
-            out.push(format!("scope {name}: {why}"));
+            match s["health_reasons"].as_array().filter(|r| !r.is_empty()) {
+                Some(reasons) => {
+                    for why in reasons {
+                        out.push(format!(
+                            "scope {name}: {}",
+                            why.as_str().unwrap_or("unhealthy")
+                        ));
+                    }
+                }
+                None => {
+                    let why = s["health_reason"].as_str().unwrap_or("unhealthy");
+                    out.push(format!("scope {name}: {why}"));
+                }
+            }
         }
         let failing = s["watch_failing_ms"].as_u64().unwrap_or(0);
         if failing >= WATCH_FAILING_UNHEALTHY_MS {
@@ -30,6 +47,43 @@ pub fn health_reasons(scopes: &[Value]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Every open pause of every scope, one line each: `scope S: paused (REASON) for Ns, until T:
+/// DETAIL` (`with no known end` when open-ended; `until its next answer` when its time has
+/// passed and it waits for an answer, see `crate::pause`).
+pub fn pause_lines(scopes: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in scopes {
+        let name = s["scope"].as_str().unwrap_or("?");
+        for p in s["pauses"].as_array().into_iter().flatten() {
+            let until = match p["until_ms"].as_u64() {
+                Some(ms) => format!("until {}", rfc3339(ms)),
+                None if p["reason"] == "retry_after" => "until its next answer".to_owned(),
+                None => "with no known end".to_owned(),
+            };
+            out.push(format!(
+                "scope {name}: paused ({}) for {}s, {until}{}: {}",
+                p["reason"].as_str().unwrap_or("?"),
+                p["pause_ms"].as_u64().unwrap_or(0) / 1000,
+                if p["unhealthy"] == true {
+                    ", unhealthy"
+                } else {
+                    ""
+                },
+                p["detail"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    out
+}
+
+/// Epoch milliseconds as an RFC 3339 time (UTC, whole seconds).
+fn rfc3339(ms: u64) -> String {
+    i64::try_from(ms / 1000)
+        .ok()
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .map_or_else(|| format!("{ms} ms after the epoch"), |t| t.to_string())
 }
 
 /// One metric family: name, type, help, and how to read its value from a scope's status.
@@ -164,6 +218,7 @@ pub fn prometheus(scopes: &[Value]) -> String {
             }
         }
     }
+    pauses(&mut out, scopes);
     header(
         &mut out,
         "podsweep_delete_outcomes_total",
@@ -193,6 +248,75 @@ pub fn prometheus(scopes: &[Value]) -> String {
         lag_histogram(&mut out, s);
     }
     out
+}
+
+/// The pause families: `podsweep_paused` and `podsweep_pause_seconds` for every kind of pause
+/// (0 when not paused by it, so an alert reads a series that exists), and
+/// `podsweep_pause_until_timestamp_seconds` for each open pause with a known end.
+fn pauses(out: &mut String, scopes: &[Value]) {
+    let open = |s: &Value, kind: &str| -> Option<Value> {
+        s["pauses"]
+            .as_array()?
+            .iter()
+            .find(|p| p["reason"] == kind)
+            .cloned()
+    };
+    header(
+        out,
+        "podsweep_paused",
+        "gauge",
+        "1 while the scope is held back for this reason (refused, ha_session_lost, step_down_hold, restarting, watch_failing, retry_after, backoff).",
+    );
+    for s in scopes {
+        for k in PauseKind::ALL {
+            let v = u8::from(open(s, k.as_str()).is_some());
+            let _ = writeln!(
+                out,
+                "podsweep_paused{{{},reason=\"{}\"}} {v}",
+                labels(s),
+                k.as_str()
+            );
+        }
+    }
+    header(
+        out,
+        "podsweep_pause_seconds",
+        "gauge",
+        "How long the scope's open pause of this reason has lasted (0 when not paused by it).",
+    );
+    for s in scopes {
+        for k in PauseKind::ALL {
+            let secs = open(s, k.as_str())
+                .and_then(|p| p["pause_ms"].as_f64())
+                .unwrap_or(0.0)
+                / 1000.0;
+            let _ = writeln!(
+                out,
+                "podsweep_pause_seconds{{{},reason=\"{}\"}} {secs}",
+                labels(s),
+                k.as_str()
+            );
+        }
+    }
+    header(
+        out,
+        "podsweep_pause_until_timestamp_seconds",
+        "gauge",
+        "When the scope's open pause of this reason ends (Unix time); absent when open-ended or not paused.",
+    );
+    for s in scopes {
+        for k in PauseKind::ALL {
+            if let Some(ms) = open(s, k.as_str()).and_then(|p| p["until_ms"].as_f64()) {
+                let _ = writeln!(
+                    out,
+                    "podsweep_pause_until_timestamp_seconds{{{},reason=\"{}\"}} {}",
+                    labels(s),
+                    k.as_str(),
+                    ms / 1000.0
+                );
+            }
+        }
+    }
 }
 
 fn lag_histogram(out: &mut String, s: &Value) {
@@ -265,6 +389,43 @@ mod tests {
     }
 
     #[test]
+    fn pauses_in_the_exposition_and_in_healthz() {
+        let mut s = scope(true);
+        s["pauses"] = json!([{
+            "reason": "retry_after", "detail": "429", "since_ms": 1_000, "until_ms": 1_796_366_707_000u64,
+            "pause_ms": 4_000, "unhealthy": false
+        }, {
+            "reason": "ha_session_lost", "detail": "PAUSED", "since_ms": 1_000, "until_ms": null,
+            "pause_ms": 130_000, "unhealthy": true
+        }]);
+        let text = prometheus(std::slice::from_ref(&s));
+        let l = "context=\"prod\",namespace=\"sp\\\"ark\"";
+        for line in [
+            format!("podsweep_paused{{{l},reason=\"retry_after\"}} 1"),
+            format!("podsweep_paused{{{l},reason=\"backoff\"}} 0"),
+            format!("podsweep_pause_seconds{{{l},reason=\"ha_session_lost\"}} 130"),
+            format!("podsweep_pause_seconds{{{l},reason=\"refused\"}} 0"),
+            format!(
+                "podsweep_pause_until_timestamp_seconds{{{l},reason=\"retry_after\"}} 1796366707"
+            ),
+        ] {
+            assert!(
+                text.lines().any(|x| x == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("podsweep_pause_until_timestamp_seconds{context=\"prod\",namespace=\"sp\\\"ark\",reason=\"ha_session_lost\"}"));
+        let lines = pause_lines(&[s]);
+        assert_eq!(
+            lines,
+            [
+                "scope prod:spark: paused (retry_after) for 4s, until 2026-12-04T06:45:07Z: 429",
+                "scope prod:spark: paused (ha_session_lost) for 130s, with no known end, unhealthy: PAUSED"
+            ]
+        );
+    }
+
+    #[test]
     fn health() {
         assert!(health_reasons(&[scope(true)]).is_empty());
         let r = health_reasons(&[scope(false)]);
@@ -275,5 +436,22 @@ mod tests {
         failing["watch_last_error"] = "403".into();
         let r = health_reasons(&[failing]);
         assert!(r[0].contains("failed for 61s: 403"), "{r:?}");
+        // Every reason of an unhealthy scope, and a refused scope alone is no watched scope.
+        let mut two = scope(false);
+        two["health_reasons"] = json!(["no leader", "cannot list"]);
+        assert_eq!(
+            health_reasons(&[two]),
+            [
+                "scope prod:spark: no leader",
+                "scope prod:spark: cannot list"
+            ]
+        );
+        let refused =
+            json!({"scope": "x", "known": false, "healthy": false, "health_reasons": ["refused"]});
+        let r = health_reasons(&[refused]);
+        assert!(
+            r[0].starts_with("no scope is watched") && r[1] == "scope x: refused",
+            "{r:?}"
+        );
     }
 }

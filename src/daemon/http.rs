@@ -100,19 +100,31 @@ pub fn answer(engine: &Engine, req: &Request<Incoming>) -> Response<Full<Bytes>>
         );
     }
     let status = engine.status_all_json();
+    // The scopes this daemon serves, then the configured ones the allow lists refused.
     let scopes = || -> Vec<serde_json::Value> {
-        serde_json::from_str::<serde_json::Value>(&status)
+        let mut all = serde_json::from_str::<serde_json::Value>(&status)
             .ok()
             .and_then(|v| v.as_array().cloned())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        all.extend(engine.refused_configured());
+        all
     };
     match req.uri().path() {
         "/healthz" => {
-            let reasons = exposition::health_reasons(&scopes());
+            let scopes = scopes();
+            let reasons = exposition::health_reasons(&scopes);
+            let pauses = exposition::pause_lines(&scopes);
             if reasons.is_empty() {
-                reply(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into())
+                // Healthy; the pauses that are normal (a short Retry-After...) follow, one a line.
+                let mut body = "ok\n".to_owned();
+                for p in pauses {
+                    body.push_str(&p);
+                    body.push('\n');
+                }
+                reply(StatusCode::OK, "text/plain; charset=utf-8", body)
             } else {
-                let body = serde_json::json!({ "healthy": false, "reasons": reasons });
+                let body =
+                    serde_json::json!({ "healthy": false, "reasons": reasons, "pauses": pauses });
                 reply(StatusCode::SERVICE_UNAVAILABLE, JSON, body.to_string())
             }
         }
@@ -121,7 +133,11 @@ pub fn answer(engine: &Engine, req: &Request<Incoming>) -> Response<Full<Bytes>>
             "text/plain; version=0.0.4; charset=utf-8",
             exposition::prometheus(&scopes()),
         ),
-        "/status" => reply(StatusCode::OK, JSON, status),
+        "/status" => reply(
+            StatusCode::OK,
+            JSON,
+            serde_json::Value::Array(scopes()).to_string(),
+        ),
         _ => reply(
             StatusCode::NOT_FOUND,
             JSON,

@@ -40,8 +40,12 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 #[command(name = "podsweep", version)]
 pub struct Args {
     /// Kyuubi's configuration file (kyuubi-defaults.conf).
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "list_keys")]
+    pub config: Option<PathBuf>,
+    /// Prints podsweep's own configuration keys (json, markdown, or scala: the patch's
+    /// KyuubiConf entries) and exits.
+    #[arg(long, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "json")]
+    pub list_keys: Option<String>,
     /// Sets one key over the file's value; may be repeated.
     #[arg(long = "conf", value_name = "KEY=VALUE")]
     pub conf: Vec<String>,
@@ -58,11 +62,29 @@ pub struct Args {
 
 /// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
 pub fn run(args: Args) -> u8 {
+    if let Some(format) = &args.list_keys {
+        let text = match format.as_str() {
+            "json" => crate::config::table::json() + "\n",
+            "markdown" => crate::config::table::markdown(),
+            "scala" => crate::config::table::scala(),
+            other => {
+                eprintln!("podsweep: --list-keys: expected json, markdown or scala, got {other:?}");
+                return EXIT_CONFIG;
+            }
+        };
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+        return 0;
+    }
+    let Some(config) = args.config.clone() else {
+        eprintln!("podsweep: --config is required");
+        return EXIT_CONFIG;
+    };
     if let Err(e) = init_logging(&args.log_level) {
         eprintln!("podsweep: --log-level: {e}");
         return EXIT_CONFIG;
     }
-    let raw = match conf::load(&args.config, &args.conf) {
+    let raw = match conf::load(&config, &args.conf) {
         Ok(raw) => raw,
         Err(e) => return config_error(&e.to_string()),
     };
@@ -93,8 +115,26 @@ pub fn run(args: Args) -> u8 {
 }
 
 fn config_error(message: &str) -> u8 {
-    eprintln!("podsweep: bad configuration: {message}");
+    eprintln!(
+        "podsweep: bad configuration: {}",
+        crate::config::redact::scrub(message)
+    );
     EXIT_CONFIG
+}
+
+/// stderr, with every secret of the configuration replaced ([`crate::config::redact::scrub`]).
+struct ScrubbedStderr;
+
+impl Write for ScrubbedStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(crate::config::redact::scrub(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// The host name: in a Deployment the pod's name (unique per replica), in a sidecar the Kyuubi
@@ -129,7 +169,7 @@ fn init_logging(level: &str) -> Result<(), String> {
     };
     // A second initialisation (in-process tests) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(|| ScrubbedStderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .try_init();
@@ -162,7 +202,10 @@ async fn serve(settings: Settings, server_id: String, args: Args) -> u8 {
     info!(
         "podsweep {} daemon, server id {server_id}, configuration {} with {} override(s)",
         env!("CARGO_PKG_VERSION"),
-        args.config.display(),
+        args.config
+            .as_deref()
+            .unwrap_or(std::path::Path::new("-"))
+            .display(),
         args.conf.len()
     );
     let engine = match Engine::new(settings, &server_id, tokio::runtime::Handle::current()) {

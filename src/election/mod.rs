@@ -198,6 +198,88 @@ struct StepDown {
     reason: String,
 }
 
+/// How long campaigns wait for a server's identity to be confirmed ([`Identity::pending`])
+/// before they go on under the provisional one.
+pub const IDENTITY_WAIT: Duration = Duration::from_secs(120);
+
+/// This server's id in the elections. Usually fixed when the engine starts; a Kyuubi server that
+/// binds port 0 learns its address only after podsweep started, so its identity may be
+/// *pending*: campaigns wait (at most [`IDENTITY_WAIT`]) until it is confirmed, and nothing is
+/// deleted meanwhile (pods are tracked and wait).
+#[derive(Clone, Debug)]
+pub struct Identity {
+    state: Arc<watch::Sender<IdentityState>>,
+    warned: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[derive(Clone, Debug)]
+struct IdentityState {
+    id: String,
+    settled: bool,
+}
+
+impl Identity {
+    /// An identity known from the start.
+    pub fn fixed(id: &str) -> Self {
+        Self::new(id, true)
+    }
+
+    /// A provisional identity, to be confirmed by [`Identity::confirm`].
+    pub fn pending(provisional: &str) -> Self {
+        Self::new(provisional, false)
+    }
+
+    fn new(id: &str, settled: bool) -> Self {
+        let (tx, _) = watch::channel(IdentityState {
+            id: id.to_owned(),
+            settled,
+        });
+        Identity {
+            state: Arc::new(tx),
+            warned: Arc::default(),
+        }
+    }
+
+    /// The id now (the provisional one until confirmed).
+    pub fn current(&self) -> String {
+        self.state.borrow().id.clone()
+    }
+
+    /// Whether the id is final.
+    pub fn is_settled(&self) -> bool {
+        self.state.borrow().settled
+    }
+
+    /// Makes `id` this server's final identity; campaigns waiting for it go on. Returns the id it
+    /// replaces.
+    pub fn confirm(&self, id: &str) -> String {
+        let mut before = String::new();
+        self.state.send_modify(|s| {
+            before = std::mem::replace(&mut s.id, id.to_owned());
+            s.settled = true;
+        });
+        before
+    }
+
+    /// Waits until the identity is confirmed, or `wait` has passed (then, once, a WARN: the
+    /// provisional id stays in use); returns the id to campaign as.
+    pub async fn settled(&self, wait: Duration) -> String {
+        let mut rx = self.state.subscribe();
+        if tokio::time::timeout(wait, rx.wait_for(|s| s.settled))
+            .await
+            .is_err()
+            && !self.warned.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "This server's identity was not confirmed within {wait:?} (the address the \
+                 Kyuubi server binds); podsweep campaigns as {}",
+                self.current()
+            );
+        }
+        self.current()
+    }
+}
+
 /// The sweeper's side of one scope's election.
 pub struct ElectionHandle {
     status: watch::Receiver<Status>,
@@ -224,6 +306,24 @@ impl ElectionHandle {
         backend: &Arc<dyn Backend>,
         scope: Scope,
         identity: String,
+        metrics: Arc<ScopeMetrics>,
+        healthy_after: Duration,
+    ) -> Self {
+        Self::supervised_as(
+            backend,
+            scope,
+            Identity::fixed(&identity),
+            metrics,
+            healthy_after,
+        )
+    }
+
+    /// [`ElectionHandle::supervised`] for an identity that may still be pending: the campaign
+    /// waits for it ([`Identity::settled`]), reporting `Following` with the reason.
+    pub fn supervised_as(
+        backend: &Arc<dyn Backend>,
+        scope: Scope,
+        identity: Identity,
         metrics: Arc<ScopeMetrics>,
         healthy_after: Duration,
     ) -> Self {
@@ -351,12 +451,23 @@ impl Drop for ElectionHandle {
 async fn supervise(
     backend: Arc<dyn Backend>,
     scope: Scope,
-    identity: String,
+    identity: Identity,
     signal: LeaderSignal,
     cancel: CancellationToken,
     mut requests: mpsc::UnboundedReceiver<StepDown>,
     mut restarts: Restarts,
 ) {
+    if !identity.is_settled() {
+        signal.follow(&format!(
+            "waiting for this server's identity (provisionally {}): the address the Kyuubi \
+             server binds",
+            identity.current()
+        ));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = identity.settled(IDENTITY_WAIT) => {}
+        }
+    }
     loop {
         let run = campaigns(&backend, &scope, &identity, &signal, &cancel, &mut requests);
         let Err(what) = restarts.guard(run).await else {
@@ -378,7 +489,7 @@ async fn supervise(
 async fn campaigns(
     backend: &Arc<dyn Backend>,
     scope: &Scope,
-    identity: &str,
+    identity: &Identity,
     signal: &LeaderSignal,
     cancel: &CancellationToken,
     requests: &mut mpsc::UnboundedReceiver<StepDown>,
@@ -387,7 +498,7 @@ async fn campaigns(
         let term = cancel.child_token();
         let mut campaign = backend.campaign(
             scope.clone(),
-            identity.to_owned(),
+            identity.current(),
             signal.clone(),
             term.clone(),
         );

@@ -10,7 +10,7 @@ use jni::JNIEnv;
 use super::{engine, run, Failure};
 use crate::clock::from_epoch_millis;
 use crate::config::Settings;
-use crate::election::Leadership;
+use crate::election::{Identity, Leadership};
 use crate::engine::{runtime, Engine};
 use crate::ident::uuid_bytes;
 use crate::model::{AppState, EventKind, Observation};
@@ -135,6 +135,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_create<'l>(
     keys: JObjectArray<'l>,
     values: JObjectArray<'l>,
     server_id: JString<'l>,
+    server_id_final: jboolean,
 ) -> jlong {
     run(&mut env, 0, |env| {
         let k = string_array(env, &keys, "keys")?;
@@ -152,7 +153,12 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_create<'l>(
         let settings = Settings::from_map(k.into_iter().zip(v).collect::<HashMap<_, _>>())
             .map_err(|e| Failure::IllegalArgument(e.to_string()))?;
         let rt = runtime()?;
-        let engine = Engine::new(settings, &server_id, rt.handle().clone())?;
+        let identity = if server_id_final != JNI_FALSE {
+            Identity::fixed(&server_id)
+        } else {
+            Identity::pending(&server_id)
+        };
+        let engine = Engine::with_identity(settings, identity, rt.handle().clone())?;
         Ok(Box::into_raw(Box::new(engine)) as jlong)
     })
 }
@@ -196,6 +202,76 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
         let scope = scope_of(env, &context, &namespace)?;
         engine.observe(scope, obs)?;
         Ok(())
+    })
+}
+
+/// Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an orphan
+/// pod): the scope's leader deletes it with the UID precondition as soon as it may.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_org_podsweep_NativeBridge_dueNow<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    context: JString<'l>,
+    namespace: JString<'l>,
+    unique_tag: JString<'l>,
+    pod_name: JString<'l>,
+    pod_uid: JString<'l>,
+    app_state: jint,
+    has_app_selector: jboolean,
+    terminated_at_millis: jlong,
+    deletion_timestamp_set: jboolean,
+    why: JString<'l>,
+) {
+    run(&mut env, (), |env| {
+        let engine = engine(handle)?;
+        let state = AppState::from_code(app_state).ok_or_else(|| {
+            Failure::IllegalArgument(format!(
+                "appState must be the code of a Kyuubi ApplicationState (0 to 7), got {app_state}"
+            ))
+        })?;
+        let obs = Observation {
+            kind: EventKind::Update,
+            tag: opt_string(env, &unique_tag)?.unwrap_or_default(),
+            pod_name: req_string(env, &pod_name, "podName")?,
+            pod_uid: req_string(env, &pod_uid, "podUid")?,
+            state,
+            has_app_selector: has_app_selector != JNI_FALSE,
+            terminated_at: from_epoch_millis(terminated_at_millis),
+            deletion_requested: deletion_timestamp_set != JNI_FALSE,
+        };
+        let scope = scope_of(env, &context, &namespace)?;
+        let why = opt_string(env, &why)?.unwrap_or_default();
+        engine.due_now(scope, obs, &why)?;
+        Ok(())
+    })
+}
+
+/// Confirms the handle's server id (its provisional one, when `create` was told it is not final).
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_confirmServerId<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    server_id: JString<'l>,
+) {
+    run(&mut env, (), |env| {
+        let engine = engine(handle)?;
+        let id = req_string(env, &server_id, "serverId")?;
+        engine.confirm_server_id(&id)?;
+        Ok(())
+    })
+}
+
+/// podsweep's own configuration keys as JSON ([`crate::config::table::json`]); needs no handle.
+#[no_mangle]
+pub extern "system" fn Java_org_podsweep_NativeBridge_configKeys<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+) -> jstring {
+    run(&mut env, std::ptr::null_mut(), |env| {
+        Ok(env.new_string(crate::config::table::json())?.into_raw())
     })
 }
 

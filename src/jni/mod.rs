@@ -83,6 +83,8 @@ fn throw(env: &mut JNIEnv<'_>, failure: Failure) {
         Failure::Podsweep(m) => (PODSWEEP_EXCEPTION, m),
         Failure::JavaPending => return,
     };
+    // The JVM logs exception messages: no secret of the configuration goes into one.
+    let msg = crate::config::redact::scrub(&msg).into_owned();
     if env.throw_new(class, &msg).is_err() && !env.exception_check().unwrap_or(true) {
         // The exception class could not be found: fall back to a JDK class.
         let _ = env.throw_new("java/lang/RuntimeException", msg);

@@ -11,6 +11,7 @@ use super::{Sweeper, Uid};
 use crate::deleter::{Outcome, OutcomeClass};
 use crate::election::Leadership;
 use crate::metrics::{ScopeMetrics, UNHEALTHY_CANNOT_DELETE};
+use crate::pause::PauseKind;
 use crate::schedule;
 use crate::tracker::Stage;
 
@@ -86,7 +87,11 @@ impl Sweeper {
             self.poke(until);
             return;
         }
-        while self.inflight.len() < self.cfg.tuning.max_in_flight {
+        // Resuming after a Retry-After pause: fewer in flight until DELETEs get through again.
+        let cap = self.ramp.map_or(self.cfg.tuning.max_in_flight, |r| {
+            r.min(self.cfg.tuning.max_in_flight)
+        });
+        while self.inflight.len() < cap {
             if self.tracker.count(Stage::Due) == 0 {
                 return;
             }
@@ -202,6 +207,8 @@ impl Sweeper {
             self.tracker.settle(&uid, Instant::now());
             self.compact_due();
         } else {
+            // The pause's detail quotes the answer, never a pod: it is logged once per pause.
+            self.last_retry = outcome.to_string();
             self.failures.record(&uid, &rec.name(), &outcome);
             self.schedule_retry(uid, &outcome);
         }
@@ -236,6 +243,26 @@ impl Sweeper {
         if let Some(wait) = pause.filter(|w| !w.is_zero()) {
             self.gate.close_until(now + wait);
             self.poke(now + wait);
+            // Resume gently: one DELETE in flight once the wait has passed, doubled by each
+            // DELETE that completes (a burst of maxInFlight would meet the same answer).
+            self.ramp = Some(1);
+            let until = self.gate.closed_until(now);
+            self.metrics.pauses.open(
+                PauseKind::RetryAfter,
+                until,
+                &format!("the API server asked to wait {wait:?}: {outcome}"),
+            );
+        } else if self.gate.closed_until(now).is_none() {
+            if outcome.class.is_done() {
+                self.ramp = self
+                    .ramp
+                    .map(|r| r.saturating_mul(2))
+                    .filter(|r| *r < self.cfg.tuning.max_in_flight);
+            }
+            if outcome.class != OutcomeClass::Throttled {
+                // A DELETE sent after the wait got an answer that is not a throttle.
+                self.end_retry_after();
+            }
         }
     }
 
@@ -255,6 +282,14 @@ impl Sweeper {
         };
         let (name, tag, scope) = (&rec.name(), &rec.tag, &self.scope);
         match outcome.class {
+            OutcomeClass::Accepted if rec.immediate => {
+                info!(
+                    scope = %scope, pod = %name, uid = %uid, tag = %tag,
+                    "{verb} driver pod {name} ({}, kyuubi-unique-tag={tag}) in scope {scope}, {late:.1}s after Kyuubi asked for its deletion",
+                    rec.state.as_str()
+                );
+                self.metrics.record_lag(late);
+            }
             OutcomeClass::Accepted => {
                 info!(
                     scope = %scope, pod = %name, uid = %uid, tag = %tag,

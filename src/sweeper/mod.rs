@@ -45,8 +45,11 @@ use crate::clock::Clock;
 use crate::config::{CleanupKind, Tuning};
 use crate::deleter::{Outcome, PodDeleter};
 use crate::election::{ElectionHandle, Leadership, Status};
-use crate::metrics::{ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS};
+use crate::metrics::{
+    ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS, UNHEALTHY_THROTTLED,
+};
 use crate::model::Observation;
+use crate::pause::PauseKind;
 use crate::schedule;
 use crate::scope::Scope;
 pub(crate) use crate::tracker::Uid;
@@ -112,6 +115,9 @@ pub enum Command {
     Listed(Box<std::collections::HashSet<Uid>>),
     /// Self-watch mode: this server stopped watching the scope's pods.
     Unwatched,
+    /// Kyuubi asks for this pod to be deleted at once (why, for the log: e.g. its batch was
+    /// CANCELED); see [`crate::tracker::Tracker::due_now`].
+    DueNow(Observation, Box<str>),
     Shutdown,
 }
 
@@ -178,6 +184,14 @@ struct Sweeper {
     linger: u8,
     /// Commands taken so far (wrapping).
     commands_taken: u64,
+    /// DELETEs allowed in flight while the scope resumes after a Retry-After pause: 1 at first,
+    /// doubled by each DELETE that completes, up to `maxInFlight` (then `None`).
+    ramp: Option<usize>,
+    /// The last failure that put a pod into backoff, for the backoff pause's detail.
+    last_retry: String,
+    /// While the backoff pause is open: the end it was opened with (so that the loop, which
+    /// looks at every turn, writes it again only when it changes).
+    backoff_until: Option<Option<Instant>>,
 }
 
 impl Sweeper {
@@ -191,6 +205,7 @@ impl Sweeper {
         probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.update_gauges();
+            self.update_backoff_pause();
             self.update_idle();
             let timer_at = self.tracker.next_timer();
             tokio::select! {
@@ -235,7 +250,12 @@ impl Sweeper {
                 _ = sleep_until_some(self.failures.next_at()) => {
                     self.failures.summarise(&self.scope, &self.cfg.tuning);
                 }
-                _ = probe.tick(), if !self.tracker.is_empty() => self.probe(),
+                _ = probe.tick() => {
+                    if !self.tracker.is_empty() {
+                        self.probe();
+                    }
+                    self.check_pauses();
+                }
                 _ = sleep_until_some(self.leaderless_alert_at) => {
                     self.leaderless_alert_at = None;
                     self.raise_leaderless_alert();
@@ -278,6 +298,7 @@ impl Sweeper {
             Command::SeenRunning(uid, at) => self.tracker.saw_running(&uid, at),
             Command::Listed(uids) => self.on_listed(&uids),
             Command::Unwatched => self.on_unwatched(),
+            Command::DueNow(obs, why) => self.on_due_now(&obs, &why),
             Command::Shutdown => return true,
         }
         false
@@ -305,6 +326,9 @@ impl Sweeper {
     }
 
     fn time_left(&self, rec: &crate::tracker::Record, now_wall: std::time::SystemTime) -> Duration {
+        if rec.immediate {
+            return Duration::ZERO;
+        }
         schedule::time_left(
             rec.terminated_at(),
             rec.first_seen(),
@@ -319,6 +343,10 @@ impl Sweeper {
         rec: &crate::tracker::Record,
         now_wall: std::time::SystemTime,
     ) -> std::time::SystemTime {
+        if rec.immediate {
+            // Due from the moment Kyuubi asked.
+            return rec.first_seen();
+        }
         schedule::deadline(
             rec.terminated_at(),
             rec.first_seen(),
@@ -370,6 +398,7 @@ impl Sweeper {
                     "Pod {} is already deleted or being deleted; its cleanup is cancelled", rec.name()
                 );
             }
+            Verdict::DueNow => self.make_due_now(uid, now_wall),
             Verdict::Disarm(rec) => {
                 ScopeMetrics::inc(&self.metrics.disarmed);
                 self.forget(&uid);
@@ -381,6 +410,50 @@ impl Sweeper {
                     "Pod {} is {} again after {}; its cleanup is disarmed until it terminates again",
                     rec.name(), obs.state.as_str(), rec.state.as_str()
                 );
+            }
+        }
+    }
+
+    /// Kyuubi asks for a pod to be deleted at once: the leader sends its DELETE (with the UID
+    /// precondition) as soon as it may, whatever the cleanup kind and the pod's state.
+    fn on_due_now(&mut self, obs: &Observation, why: &str) {
+        ScopeMetrics::inc(&self.metrics.observed);
+        let uid = Uid::new(&obs.pod_uid);
+        let now_wall = self.clock.now();
+        match self.tracker.due_now(&uid, obs, now_wall, Instant::now()) {
+            Verdict::DueNow => {
+                info!(
+                    scope = %self.scope, pod = %obs.pod_name, uid = %uid, tag = %obs.tag,
+                    "Pod {} ({}, kyuubi-unique-tag={}) is to be deleted now: {why}",
+                    obs.pod_name, obs.state.as_str(), obs.tag
+                );
+                self.make_due_now(uid, now_wall);
+            }
+            Verdict::Cancel(rec) => {
+                ScopeMetrics::inc(&self.metrics.cancelled);
+                self.forget(&uid);
+                if self.inflight_abort.contains_key(&uid) {
+                    self.finishing.insert(uid.clone(), rec);
+                }
+            }
+            _ => debug!(
+                scope = %self.scope, pod = %obs.pod_name, uid = %uid,
+                "Pod {} is already gone or being deleted; nothing to do ({why})", obs.pod_name
+            ),
+        }
+    }
+
+    /// A record Kyuubi wants deleted at once: due now unless it is already due, in flight or
+    /// waiting for a retry.
+    fn make_due_now(&mut self, uid: Uid, now_wall: std::time::SystemTime) {
+        if self
+            .tracker
+            .get(&uid)
+            .is_some_and(|r| r.stage == Stage::Scheduled)
+        {
+            self.tracker.disarm(&uid);
+            if self.make_due(uid, now_wall) {
+                self.dispatch();
             }
         }
     }
@@ -495,6 +568,15 @@ impl Sweeper {
     fn track_health(&mut self, st: &Status) {
         let leaderless = matches!(st.leadership, Leadership::Paused | Leadership::NoQuorum);
         let since = self.metrics.leaderless_since_ms.load(Relaxed);
+        if leaderless {
+            self.metrics.pauses.open(
+                PauseKind::HaSessionLost,
+                None,
+                &format!("{}: {}", st.leadership.as_str(), st.reason),
+            );
+        } else {
+            self.metrics.pauses.close(PauseKind::HaSessionLost);
+        }
         if leaderless && since == 0 {
             self.metrics
                 .leaderless_since_ms
@@ -572,6 +654,9 @@ impl Sweeper {
         // One report per window, whatever happens next.
         self.last_progress = now;
         if self.election.step_down(window, &reason) {
+            self.metrics
+                .pauses
+                .open_expiring(PauseKind::StepDownHold, now + window, &reason);
             error!(
                 scope = %self.scope,
                 "Stepping down as cleanup leader of scope {}: {reason}. Another server may take \
@@ -626,6 +711,68 @@ impl Sweeper {
             self.scope, self.cfg.idle_release
         );
         true
+    }
+
+    /// The scope-wide pauses the task itself tracks, every few seconds: a Retry-After pause that
+    /// is over (nothing is due or this server does not lead, so no answer will end it) ends, and
+    /// one that has lasted `ha.leaderlessAlertAfter` makes the scope unhealthy; then the start of
+    /// a long pause is logged, and pauses whose time is up end.
+    fn check_pauses(&mut self) {
+        let now = Instant::now();
+        if let Some(p) = self.metrics.pauses.get(PauseKind::RetryAfter) {
+            let idle = self.inflight.is_empty() && self.tracker.count(Stage::Due) == 0;
+            let leading = self.last_leadership == Leadership::Leading;
+            if self.gate.closed_until(now).is_none() && (idle || !leading) {
+                self.end_retry_after();
+            } else if p.lasted >= self.cfg.leaderless_alert {
+                self.metrics.set_unhealthy(
+                    UNHEALTHY_THROTTLED,
+                    &format!(
+                        "the API server has held the scope's DELETEs back (Retry-After) for {}s: {}",
+                        p.lasted.as_secs(),
+                        p.detail
+                    ),
+                );
+            }
+        }
+        self.metrics.pauses.check();
+    }
+
+    /// The Retry-After pause is over.
+    pub(super) fn end_retry_after(&mut self) {
+        if self.metrics.pauses.close(PauseKind::RetryAfter)
+            && self.metrics.clear_unhealthy(UNHEALTHY_THROTTLED)
+        {
+            info!(
+                scope = %self.scope,
+                "The API server no longer holds the DELETEs of scope {} back", self.scope
+            );
+        }
+    }
+
+    /// The backoff pause: this server leads, DELETEs failed and every one still due waits for
+    /// its retry (none due now, none in flight, no Retry-After pause); it ends at the next timer.
+    fn update_backoff_pause(&mut self) {
+        let held = self.last_leadership == Leadership::Leading
+            && self.tracker.count(Stage::Backoff) > 0
+            && self.tracker.count(Stage::Due) == 0
+            && self.inflight.is_empty()
+            && self.gate.closed_until(Instant::now()).is_none();
+        if held {
+            let until = self.tracker.next_timer();
+            if self.backoff_until == Some(until) {
+                return;
+            }
+            self.backoff_until = Some(until);
+            let detail = format!(
+                "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
+                self.tracker.count(Stage::Backoff),
+                self.last_retry
+            );
+            self.metrics.pauses.open(PauseKind::Backoff, until, &detail);
+        } else if self.backoff_until.take().is_some() {
+            self.metrics.pauses.close(PauseKind::Backoff);
+        }
     }
 
     fn update_gauges(&self) {

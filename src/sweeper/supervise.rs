@@ -18,6 +18,7 @@ use super::{Command, DeleterSource, Exit, Sweeper, SweeperConfig};
 use crate::clock::Clock;
 use crate::election::{ElectionHandle, Leadership, Status};
 use crate::metrics::{ScopeMetrics, UNHEALTHY_RESTARTED};
+use crate::pause::PauseKind;
 use crate::scope::Scope;
 use crate::tracker::Tracker;
 
@@ -153,6 +154,9 @@ pub(super) fn new_sweeper(
         metrics,
         linger: 0,
         commands_taken: 0,
+        ramp: None,
+        last_retry: String::new(),
+        backoff_until: None,
     }
 }
 
@@ -167,6 +171,11 @@ async fn supervise(mut sweeper: Sweeper, mut rx: mpsc::UnboundedReceiver<Command
                 let what = crate::logging::panic_message(panic.as_ref());
                 let reason = format!("the cleanup task failed ({what}) and was restarted");
                 sweeper.metrics.set_unhealthy(UNHEALTHY_RESTARTED, &reason);
+                sweeper.metrics.pauses.open_expiring(
+                    PauseKind::Restarting,
+                    Instant::now() + delay,
+                    &reason,
+                );
                 ScopeMetrics::inc(&sweeper.metrics.restarts);
                 error!(
                     scope = %sweeper.scope,

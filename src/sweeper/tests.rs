@@ -110,3 +110,145 @@ async fn a_paused_leading_flip_seen_as_one_change_still_dispatches() {
     sw.on_status(&st);
     assert_eq!(sw.inflight.len(), 1, "the held-back pod is dispatched");
 }
+
+/// An API server under API Priority and Fairness, in small: `seats` requests are served at once
+/// (each takes 50 ms); one more is answered 429 with a `Retry-After` that doubles with every
+/// rejection round (1, 2, 4, 8 s, as seen on a real kube-apiserver).
+struct Apf {
+    seats: usize,
+    busy: Arc<Mutex<usize>>,
+    rejected: Arc<Mutex<u32>>,
+    accepted: Arc<Mutex<Vec<String>>>,
+    /// In flight (served) at each accepted request's start.
+    concurrency: Arc<Mutex<Vec<usize>>>,
+}
+
+impl PodDeleter for Apf {
+    fn delete(&self, name: &str, _uid: &str, _dry_run: bool) -> BoxFuture<'static, Outcome> {
+        let (busy, rejected, accepted, concurrency) = (
+            self.busy.clone(),
+            self.rejected.clone(),
+            self.accepted.clone(),
+            self.concurrency.clone(),
+        );
+        let (seats, name) = (self.seats, name.to_owned());
+        Box::pin(async move {
+            {
+                let mut b = busy.lock().unwrap();
+                if *b >= seats {
+                    let mut r = rejected.lock().unwrap();
+                    *r += 1;
+                    let wait = 1u64 << (*r / 8).min(3);
+                    return Outcome {
+                        class: OutcomeClass::Throttled,
+                        code: Some(429),
+                        reason: "TooManyRequests".into(),
+                        message: "too many requests".into(),
+                        retry_after: Some(Duration::from_secs(wait)),
+                    };
+                }
+                *b += 1;
+                concurrency.lock().unwrap().push(*b);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            *busy.lock().unwrap() -= 1;
+            accepted.lock().unwrap().push(name);
+            Outcome {
+                class: OutcomeClass::Accepted,
+                code: Some(200),
+                reason: String::new(),
+                message: String::new(),
+                retry_after: None,
+            }
+        })
+    }
+}
+
+/// Issue 20, ramp-up: after a Retry-After pause the scope resumes with one DELETE in flight,
+/// doubled by each DELETE that completes, not with a burst of `maxInFlight` that the API server
+/// rejects again. Before the fix every round after a pause sent every due pod at once and all
+/// but the 2 the server could take were rejected: 44 rejections in this run, against 24 with the
+/// ramp (14 of them in the first burst, before any pause). Every pod is deleted either way, and
+/// the pause is visible while it lasts.
+#[tokio::test(start_paused = true)]
+async fn after_a_retry_after_pause_the_scope_resumes_gently_and_loses_nothing() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
+    let scope = Scope::new(None, Some("apf"));
+    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
+    tokio::task::yield_now().await;
+    let signal = signals.lock().unwrap()[0].clone();
+    signal.lead_until(Instant::now() + Duration::from_secs(36_000), "won");
+    let mut cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(1));
+    cfg.tuning.max_in_flight = 16;
+    cfg.tuning.qps = 1000.0;
+    cfg.tuning.burst = 1000;
+    let apf = Apf {
+        seats: 2,
+        busy: Arc::default(),
+        rejected: Arc::default(),
+        accepted: Arc::default(),
+        concurrency: Arc::default(),
+    };
+    let (rejected, accepted) = (apf.rejected.clone(), apf.accepted.clone());
+    let deleter: Arc<dyn PodDeleter> = Arc::new(apf);
+    let source: DeleterSource = Arc::new(move |_| {
+        let d = deleter.clone();
+        Box::pin(async move { Ok(d) })
+    });
+    let metrics: Arc<ScopeMetrics> = Arc::default();
+    let h = spawn(
+        scope,
+        1,
+        cfg,
+        Clock::System,
+        election,
+        source,
+        Box::new(|_| false),
+        metrics.clone(),
+    );
+    let long_ago = SystemTime::now() - Duration::from_secs(3600);
+    for i in 0..16 {
+        let obs = Observation {
+            kind: EventKind::Update,
+            tag: format!("t{i}"),
+            pod_name: format!("driver-{i}"),
+            pod_uid: format!("u-{i}"),
+            state: AppState::Finished,
+            has_app_selector: true,
+            terminated_at: Some(long_ago),
+            deletion_requested: false,
+        };
+        h.tx.send(Command::Observe(obs)).unwrap();
+    }
+    // The first burst meets the server's two seats: 14 rejected, the scope paused.
+    let mut saw_pause = false;
+    for _ in 0..30_000 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if let Some(p) = metrics.pauses.get(crate::pause::PauseKind::RetryAfter) {
+            saw_pause = true;
+            assert!(p.detail.contains("429"), "{p:?}");
+        }
+        if accepted.lock().unwrap().len() == 16 {
+            break;
+        }
+    }
+    let n_rejected = *rejected.lock().unwrap();
+    println!(
+        "accepted {}, rejected {n_rejected}",
+        accepted.lock().unwrap().len()
+    );
+    assert!(saw_pause, "the Retry-After pause was visible");
+    assert_eq!(accepted.lock().unwrap().len(), 16, "every pod deleted");
+    // 14 in the first burst; after it, each round overshoots the 2 seats by at most what the
+    // ramp doubled past them.
+    assert!(
+        n_rejected <= 14 + 12,
+        "{n_rejected} rejections: the scope resumed with a burst after its pause"
+    );
+    // Once every pod is gone, the pause ends.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!metrics.pauses.is_open(crate::pause::PauseKind::RetryAfter));
+    h.tx.send(Command::Shutdown).unwrap();
+    let _ = h.task.await;
+}

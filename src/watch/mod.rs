@@ -31,8 +31,11 @@
 //! # Caveats
 //! * `watch_streams` in the scope status counts lists started (each leadership term's first
 //!   list and every list after an error); a watch resumed from the last resourceVersion after its
-//!   stream ended cleanly is the same stream and is not counted. `watching` stays true while the
-//!   leader keeps (re)starting its watch; `watch_failing_ms` says whether it works.
+//!   stream ended cleanly is the same stream and is not counted. `watching` is true from a list
+//!   that worked to the next error: a leader whose list fails watches nothing.
+//! * A leader whose list fails (or whose client cannot be built) is unhealthy at once, until a
+//!   list works or the term ends; from the first error to the next list that works the scope is
+//!   paused (`watch_failing`, until the next list), except after an expiry that relists at once.
 //! * A pod that carries no termination time is dated by its first observation, so a relist
 //!   restarts its clock.
 
@@ -58,8 +61,11 @@ use tracing::{debug, info, warn};
 
 use crate::election::{Leadership, Status};
 use crate::kyuubi_state::{self, StateConfig, UNIQUE_TAG_LABEL};
-use crate::metrics::{ScopeMetrics, UNHEALTHY_WATCH_FAILING, UNHEALTHY_WATCH_RESTARTED};
+use crate::metrics::{
+    ScopeMetrics, UNHEALTHY_WATCH_CANNOT_LIST, UNHEALTHY_WATCH_FAILING, UNHEALTHY_WATCH_RESTARTED,
+};
 use crate::model::EventKind;
+use crate::pause::PauseKind;
 use crate::restart::Restarts;
 use crate::scope::Scope;
 use crate::sweeper::{Command, Inbox, Uid};
@@ -332,7 +338,9 @@ async fn run(
         pace.ended(false, false);
         metrics.watching.store(false, Relaxed);
         metrics.working();
-        t.health.clear_unhealthy(UNHEALTHY_WATCH_FAILING);
+        t.health
+            .clear_unhealthy(UNHEALTHY_WATCH_FAILING | UNHEALTHY_WATCH_CANNOT_LIST);
+        t.health.pauses.close(PauseKind::WatchFailing);
         let sent = t.tx.send(Command::Unwatched);
         match why {
             Ok(reason) if sent.is_ok() => {
@@ -363,16 +371,21 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
         Err(gone) => return gone,
     };
     let api: Api<Pod> = Api::namespaced(client, &ns);
-    metrics.watching.store(true, Relaxed);
     let mut last_error: Option<String> = None;
     loop {
         pace.list().await;
-        let error = match stream_once(t, metrics, &api, &ns, &mut last_error).await {
+        let mut listed = false;
+        let error = match stream_once(t, metrics, &api, &ns, &mut last_error, &mut listed).await {
             Ok(e) => e,
             Err(gone) => return gone,
         };
+        // Nothing is watched until the next list has worked.
+        metrics.watching.store(false, Relaxed);
         metrics.failed(error.to_string());
         report_failing(t, metrics);
+        if !listed {
+            cannot_list(t, &format!("its list failed: {error}"));
+        }
         let expired = note_error(t, &error, &mut last_error);
         // Events may have been missed: what the watch told is dropped, and the next list arms
         // it again from the pods themselves.
@@ -380,7 +393,27 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
             return Gone;
         }
         pace.ended(true, expired);
+        // An expiry that relists at once is routine, not a pause.
+        if !(expired && pace.next_at.is_none()) {
+            t.health.pauses.open(
+                PauseKind::WatchFailing,
+                pace.next_at,
+                &format!(
+                    "the pod watch {}: {error}; its pods are listed again at the end",
+                    if listed { "failed" } else { "cannot list" }
+                ),
+            );
+        }
     }
+}
+
+/// This server leads the scope but watches nothing: its list (or the client it needs) fails.
+/// The scope is unhealthy at once, until a list works or the term ends.
+fn cannot_list(t: &WatchTask, why: &str) {
+    t.health.set_unhealthy(
+        UNHEALTHY_WATCH_CANNOT_LIST,
+        &format!("this server leads the scope but cannot list its driver pods ({why}): it watches nothing"),
+    );
 }
 
 /// A watch that has failed, list after list, for `healthy_after` makes the scope unhealthy.
@@ -419,6 +452,12 @@ async fn build_client(
             Ok(c) => return Ok(c),
             Err(e) => {
                 metrics.failed(format!("cannot build the Kubernetes client: {e}"));
+                cannot_list(t, &format!("cannot build the Kubernetes client: {e}"));
+                t.health.pauses.open(
+                    PauseKind::WatchFailing,
+                    Some(Instant::now() + wait),
+                    &format!("cannot build the Kubernetes client to watch the pods: {e}"),
+                );
                 warn!(
                     scope = %t.scope,
                     "Cannot build the Kubernetes client to watch scope {}: {e}; retrying in {wait:?}",
@@ -442,6 +481,7 @@ async fn stream_once(
     api: &Api<Pod>,
     ns: &str,
     last_error: &mut Option<String>,
+    listed_ok: &mut bool,
 ) -> Result<watcher::Error, Gone> {
     let cfg = watcher::Config::default()
         .labels(UNIQUE_TAG_LABEL)
@@ -473,8 +513,13 @@ async fn stream_once(
                 forward(t, metrics, &pod, EventKind::Add, listed.as_mut())?;
             }
             Ok(Event::InitDone) => {
-                // A list proves nothing about the watch that follows it.
+                // A list proves nothing about the watch that follows it; but the scope sees its
+                // pods again: it is no longer held back.
                 proven_at = Some(Instant::now() + RETRY_RESET_AFTER);
+                *listed_ok = true;
+                metrics.watching.store(true, Relaxed);
+                t.health.clear_unhealthy(UNHEALTHY_WATCH_CANNOT_LIST);
+                t.health.pauses.close(PauseKind::WatchFailing);
                 if last_error.take().is_some() {
                     info!(scope = %t.scope, "Watching the driver pods of scope {} again", t.scope);
                 }

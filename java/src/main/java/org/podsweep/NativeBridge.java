@@ -13,8 +13,37 @@ package org.podsweep;
 final class NativeBridge {
   private NativeBridge() {}
 
-  /** Parses the Kyuubi configuration and starts the engine; returns a non-zero handle. */
-  static native long create(String[] keys, String[] values, String serverId);
+  /**
+   * Parses the Kyuubi configuration and starts the engine; returns a non-zero handle. When
+   * {@code serverIdFinal} is false the id is provisional: the scopes campaign once {@link
+   * #confirmServerId} is called (or after two minutes, under the provisional id).
+   */
+  static native long create(String[] keys, String[] values, String serverId, boolean serverIdFinal);
+
+  /** Confirms the server id of a handle (see {@link #create}). */
+  static native void confirmServerId(long handle, String serverId);
+
+  /**
+   * Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an orphan
+   * pod): the scope's leader deletes it with the UID precondition as soon as it may, whatever its
+   * state and the cleanup kind. {@code appState} is a state code as in {@link #observeIn}; {@code
+   * why} is logged with it.
+   */
+  static native void dueNow(
+      long handle,
+      String context,
+      String namespace,
+      String uniqueTag,
+      String podName,
+      String podUid,
+      int appState,
+      boolean hasAppSelector,
+      long terminatedAtMillis,
+      boolean deletionTimestampSet,
+      String why);
+
+  /** podsweep's own configuration keys as a JSON array (see {@link PodSweeper#configKeys()}). */
+  static native String configKeys();
 
   static native void observe(
       long handle,

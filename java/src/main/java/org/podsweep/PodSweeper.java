@@ -35,7 +35,8 @@ import java.util.concurrent.locks.StampedLock;
 public final class PodSweeper implements AutoCloseable {
   // A read lock of one CAS each way, no thread-local hold counts: the calls never re-enter it.
   private final StampedLock lock = new StampedLock();
-  private final String serverId;
+  /** The id given to create, or the one confirmed since. */
+  private volatile String serverId;
   // Guarded by lock: read under the read lock, cleared under the write lock.
   private long handle;
   /** The native id of each (context, namespace) seen; ids live as long as the handle. */
@@ -61,6 +62,25 @@ public final class PodSweeper implements AutoCloseable {
    *     attempt (see {@link NativeLoader})
    */
   public static PodSweeper create(Map<String, String> kyuubiConf, String serverId) {
+    return create(kyuubiConf, serverId, true);
+  }
+
+  /**
+   * Starts podsweep for a server that learns its identity later: a Kyuubi server that binds its
+   * port 0 knows the port only once its frontend is bound, after its application operations
+   * started. Pods are tracked at once, but no scope campaigns (so nothing is deleted) until
+   * {@link #confirmServerId} is called, or two minutes have passed (then, with one WARN, under
+   * the provisional id).
+   *
+   * @param provisionalServerId the id until confirmed, e.g. {@code host:0}
+   * @see #create(Map, String)
+   */
+  public static PodSweeper createAwaitingServerId(
+      Map<String, String> kyuubiConf, String provisionalServerId) {
+    return create(kyuubiConf, provisionalServerId, false);
+  }
+
+  private static PodSweeper create(Map<String, String> kyuubiConf, String serverId, boolean idFinal) {
     if (kyuubiConf == null) {
       throw new IllegalArgumentException("kyuubiConf must not be null");
     }
@@ -82,7 +102,7 @@ public final class PodSweeper implements AutoCloseable {
       values[i] = e.getValue();
     }
     NativeLoader.load();
-    long h = NativeBridge.create(keys, values, serverId);
+    long h = NativeBridge.create(keys, values, serverId, idFinal);
     if (h == 0) {
       throw new PodsweepException("native create returned no handle");
     }
@@ -160,6 +180,77 @@ public final class PodSweeper implements AutoCloseable {
     } finally {
       lock.unlockRead(stamp);
     }
+  }
+
+  /**
+   * Confirms this server's identity (see {@link #createAwaitingServerId}): scopes waiting for it
+   * campaign under {@code serverId}. Confirming the id it already has changes nothing.
+   *
+   * @throws IllegalArgumentException if {@code serverId} is null or empty
+   * @throws IllegalStateException after {@link #close}
+   */
+  public void confirmServerId(String serverId) {
+    if (serverId == null || serverId.trim().isEmpty()) {
+      throw new IllegalArgumentException("serverId must not be null or empty");
+    }
+    long stamp = lock.readLock();
+    try {
+      NativeBridge.confirmServerId(open(), serverId);
+      this.serverId = serverId;
+    } finally {
+      lock.unlockRead(stamp);
+    }
+  }
+
+  /**
+   * Kyuubi asks for a driver pod to be deleted at once: the pod of a batch whose state is
+   * CANCELED, an orphan pod. Instead of every server deleting it, the elected leader of the scope
+   * sends one DELETE with the pod's UID as precondition, as soon as it may, whatever the pod's
+   * state (it may still run) and the cleanup kind (a scope of kind NONE campaigns for it); a
+   * later running state does not disarm it, a DELETE event or deletion timestamp ends it.
+   * Non-blocking. Refused in self-watch mode ({@link IllegalStateException}).
+   *
+   * @param appState Kyuubi's {@code ApplicationState} name for the pod now
+   * @param why why Kyuubi wants it gone, for the log (e.g. {@code "its batch is CANCELED"})
+   * @throws IllegalArgumentException for a bad argument (the message names it)
+   */
+  public void dueNow(
+      String context,
+      String namespace,
+      String uniqueTag,
+      String podName,
+      String podUid,
+      String appState,
+      boolean hasAppSelector,
+      long terminatedAtMillis,
+      boolean deletionTimestampSet,
+      String why) {
+    int state = stateCode(appState);
+    if (podName == null || podName.isEmpty()) {
+      throw new IllegalArgumentException("podName must not be " + (podName == null ? "null" : "empty"));
+    }
+    if (podUid == null) {
+      throw new IllegalArgumentException("podUid must not be null");
+    }
+    long stamp = lock.readLock();
+    try {
+      NativeBridge.dueNow(open(), context, namespace, uniqueTag, podName, podUid, state,
+          hasAppSelector, terminatedAtMillis, deletionTimestampSet, why == null ? "" : why);
+    } finally {
+      lock.unlockRead(stamp);
+    }
+  }
+
+  /**
+   * podsweep's own configuration keys (its key table, the one source of the documentation and of
+   * the patch's {@code KyuubiConf} entries) as a JSON array: per key {@code key}, {@code const},
+   * {@code type} (Kyuubi's type name), {@code default} (null: none), {@code doc}, {@code since},
+   * {@code routes}, {@code internal}, {@code check}, and sample {@code valid} / {@code invalid}
+   * values. Loads the native library.
+   */
+  public static String configKeys() {
+    NativeLoader.load();
+    return NativeBridge.configKeys();
   }
 
   /** The native code of an {@code ApplicationState} name (its declaration index). */
@@ -363,7 +454,7 @@ public final class PodSweeper implements AutoCloseable {
     }
   }
 
-  /** The server id given to {@link #create}. */
+  /** The server id given to {@link #create}, or the one confirmed since. */
   public String serverId() {
     return serverId;
   }

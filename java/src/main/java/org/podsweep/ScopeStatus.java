@@ -118,6 +118,54 @@ public final class ScopeStatus {
     return -1;
   }
 
+  /** Whether the scope is held back now (see {@link #pauseReason()}); false when not said. */
+  public boolean paused() {
+    return Boolean.TRUE.equals(fields.get("paused"));
+  }
+
+  /**
+   * Why the scope is held back now, the most severe cause first: {@code refused}, {@code
+   * ha_session_lost}, {@code step_down_hold}, {@code restarting}, {@code watch_failing}, {@code
+   * retry_after} or {@code backoff}; {@code null} when it is not (or a library that does not say).
+   */
+  public String pauseReason() {
+    return string("pause_reason");
+  }
+
+  /**
+   * When the pause of {@link #pauseReason()} ends, in epoch milliseconds; {@code -1} when it is
+   * open-ended (or there is none).
+   */
+  public long pausedUntilMs() {
+    return number("paused_until_ms");
+  }
+
+  /** How long the pause of {@link #pauseReason()} has lasted, in milliseconds; 0 when none. */
+  public long pauseMs() {
+    long ms = number("pause_ms");
+    return ms < 0 ? 0 : ms;
+  }
+
+  /**
+   * Every open pause: maps with {@code reason}, {@code detail}, {@code since_ms}, {@code until_ms}
+   * (null when open-ended), {@code pause_ms} and {@code unhealthy}; empty when none.
+   */
+  public List<Map<String, Object>> pauses() {
+    Object v = fields.get("pauses");
+    if (!(v instanceof List)) {
+      return Collections.emptyList();
+    }
+    List<Map<String, Object>> out = new ArrayList<>();
+    for (Object p : (List<?>) v) {
+      if (p instanceof Map) {
+        @SuppressWarnings("unchecked")
+        Map<String, Object> m = (Map<String, Object>) p;
+        out.add(Collections.unmodifiableMap(m));
+      }
+    }
+    return Collections.unmodifiableList(out);
+  }
+
   /** A top-level string field, or {@code null}. */
   public String string(String name) {
     Object v = fields.get(name);

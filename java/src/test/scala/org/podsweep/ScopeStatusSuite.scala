@@ -18,6 +18,20 @@ class ScopeStatusSuite extends AnyFunSuite {
     assert(st.number("missing") == -1 && st.string("missing") == null)
   }
 
+  test("reads the pause fields, and their absence, leniently") {
+    val st = ScopeStatus.parse(
+      """{"paused":true,"pause_reason":"retry_after","paused_until_ms":1800000000000,"pause_ms":4200,
+        |"pauses":[{"reason":"retry_after","detail":"429","since_ms":1,"until_ms":1800000000000,
+        |"pause_ms":4200,"unhealthy":false},{"reason":"backoff","until_ms":null},7]}""".stripMargin)
+    assert(st.paused && st.pauseReason == "retry_after" && st.pausedUntilMs == 1800000000000L && st.pauseMs == 4200)
+    assert(st.pauses.size == 2)
+    assert(st.pauses.get(0).get("detail") == "429" && st.pauses.get(1).get("until_ms") == null)
+    val old = ScopeStatus.parse("{\"scope\":\"a:b\"}")
+    assert(!old.paused && old.pauseReason == null && old.pausedUntilMs == -1 && old.pauseMs == 0 && old.pauses.isEmpty)
+    val open = ScopeStatus.parse("{\"paused\":true,\"pause_reason\":\"refused\",\"paused_until_ms\":null}")
+    assert(open.pausedUntilMs == -1, "open-ended")
+  }
+
   test("rejects what is not a JSON object") {
     Seq(null, "", "[]", "{", "{\"a\":}", "{\"a\":1} x", "{'a':1}", "{\"a\":tru}").foreach { bad =>
       intercept[IllegalArgumentException](ScopeStatus.parse(bad))

@@ -140,6 +140,26 @@ public final class KyuubiPodObserver {
   }
 
   /**
+   * Kyuubi asks for the pod to be deleted at once (the pod of a CANCELED batch, an orphan pod):
+   * hands it to {@link PodSweeper#dueNow} with what the observer reads from it, so the scope's
+   * leader deletes it once, with its UID as precondition. A pod without a name or UID is not
+   * passed on. Non-blocking.
+   *
+   * @param appState Kyuubi's {@code ApplicationState} name for the pod, or null to compute it
+   *     ({@link #applicationState})
+   * @return what was (or would have been) handed on
+   */
+  public Observation dueNow(Pod pod, String context, String namespace, String appState, String why) {
+    String state = appState != null ? appState : applicationState(pod, source, stateContainer, PodEvent.UPDATE);
+    Observation o = observation(pod, context, namespace, PodEvent.UPDATE, state, source, stateContainer);
+    if (o.complete()) {
+      sweeper.dueNow(o.context, o.namespace, o.uniqueTag, o.podName, o.podUid, o.appState,
+          o.hasAppSelector, o.terminatedAtMillis, o.deletionTimestampSet, why);
+    }
+    return o;
+  }
+
+  /**
    * Like {@link #observe(Pod, String, String, PodEvent, String)}, with the state computed by
    * {@link #applicationState} from this observer's state source and container, for callers that
    * have no state computed by Kyuubi.

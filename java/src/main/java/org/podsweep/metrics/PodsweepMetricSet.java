@@ -27,13 +27,19 @@ import org.podsweep.ScopeStatus;
  *   <li>{@code leader} (1 while this server leads the scope, else 0), {@code leadership_transitions},
  *       {@code healthy} (1 or 0), {@code leaderless_ms};
  *   <li>{@code tracked}, {@code scheduled}, {@code due}, {@code inflight}, {@code retries},
- *       {@code cancelled}, {@code oldest_overdue_ms};
+ *       {@code cancelled}, {@code oldest_overdue_ms}, {@code restarts} (of the scope's tasks after a
+ *       failure);
  *   <li>{@code deletes.sent} and one {@code deletes.<outcome>} per outcome class: {@code accepted},
  *       {@code already_absent}, {@code replaced}, {@code forbidden}, {@code throttled},
  *       {@code server_error}, {@code transport}, {@code other};
  *   <li>{@code lag.count}, {@code lag.p50_seconds}, {@code lag.p99_seconds} (upper bounds of the
  *       histogram bucket holding the quantile, {@code NaN} before the first DELETE),
- *       {@code lag.max_seconds}.
+ *       {@code lag.max_seconds};
+ *   <li>the scope's pauses: {@code paused} (1 while anything holds the scope back, else 0),
+ *       {@code pause_ms} (how long the most severe open pause has lasted, 0 when none), {@code
+ *       paused_until_ms} (when it ends, epoch milliseconds; 0 when open-ended or none), and one
+ *       {@code pause.<reason>_ms} per cause ({@link #PAUSES}: how long the open pause of that cause
+ *       has lasted, 0 when none).
  * </ul>
  *
  * plus the server-wide {@code kyuubi.kubernetes.cleanup.log_records_dropped}.
@@ -76,6 +82,18 @@ public final class PodsweepMetricSet implements MetricSet {
               "transport",
               "other"));
 
+  /** The causes of a pause, one {@code pause.<reason>_ms} gauge each. */
+  public static final List<String> PAUSES =
+      Collections.unmodifiableList(
+          java.util.Arrays.asList(
+              "refused",
+              "ha_session_lost",
+              "step_down_hold",
+              "restarting",
+              "watch_failing",
+              "retry_after",
+              "backoff"));
+
   /** Per-scope gauge suffix -> snapshot field (top-level integral fields). */
   private static final Map<String, String> COUNTS;
 
@@ -92,6 +110,8 @@ public final class PodsweepMetricSet implements MetricSet {
     m.put("cancelled", "cancelled");
     m.put("oldest_overdue_ms", "oldest_overdue_ms");
     m.put("deletes.sent", "deletes_sent");
+    m.put("pause_ms", "pause_ms");
+    m.put("restarts", "restarts");
     COUNTS = Collections.unmodifiableMap(m);
   }
 
@@ -149,6 +169,14 @@ public final class PodsweepMetricSet implements MetricSet {
         out.put(name, gauge(name, key, outcome, Kind.OUTCOME));
       }
       out.put(base + ".healthy", gauge(base + ".healthy", key, "healthy", Kind.FLAG));
+      out.put(base + ".paused", gauge(base + ".paused", key, "paused", Kind.FLAG));
+      out.put(
+          base + ".paused_until_ms",
+          gauge(base + ".paused_until_ms", key, "paused_until_ms", Kind.UNTIL));
+      for (String reason : PAUSES) {
+        String name = base + ".pause." + reason + "_ms";
+        out.put(name, gauge(name, key, reason, Kind.PAUSE));
+      }
       out.put(base + ".lag.count", gauge(base + ".lag.count", key, "count", Kind.LAG_COUNT));
       out.put(base + ".lag.p50_seconds", gauge(base + ".lag.p50_seconds", key, "p50_seconds_le", Kind.LAG));
       out.put(base + ".lag.p99_seconds", gauge(base + ".lag.p99_seconds", key, "p99_seconds_le", Kind.LAG));
@@ -266,6 +294,23 @@ public final class PodsweepMetricSet implements MetricSet {
             return null;
           }
           return Long.valueOf(((Boolean) flag).booleanValue() ? 1L : 0L);
+        case UNTIL:
+          if (!st.fields().containsKey("paused")) {
+            return null;
+          }
+          Object until = st.fields().get(field);
+          return Long.valueOf(until instanceof Number ? ((Number) until).longValue() : 0L);
+        case PAUSE:
+          if (!st.fields().containsKey("pauses")) {
+            return null;
+          }
+          for (Map<String, Object> p : st.pauses()) {
+            if (field.equals(p.get("reason"))) {
+              Long ms = integral(p.get("pause_ms"));
+              return ms == null ? Long.valueOf(0L) : ms;
+            }
+          }
+          return Long.valueOf(0L);
         case LAG_COUNT:
           return integral(lag(st).get(field));
         case LAG:
@@ -310,6 +355,8 @@ public final class PodsweepMetricSet implements MetricSet {
     COUNT,
     OUTCOME,
     FLAG,
+    UNTIL,
+    PAUSE,
     LAG_COUNT,
     LAG,
     GLOBAL

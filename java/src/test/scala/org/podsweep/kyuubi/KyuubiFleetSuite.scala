@@ -174,6 +174,60 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
     } finally server.close()
   }
 
+  test("a whole patched Kyuubi server on port 0: podsweep's identity is the port it bound; its gauges are in Kyuubi's Prometheus endpoint and JMX") {
+    needPatched()
+    val ns = "fleet-metrics"
+    val dir = logDir.resolve("metrics")
+    Files.createDirectories(dir)
+    val ha = HaBackend.start("zookeeper")
+    val prometheus = KyuubiFleetSuite.freePort()
+    val conf = KyuubiServer.conf("metrics", kube, Seq(ns), 2000) ++ ha.kyuubiConf ++ Map(
+      "kyuubi.ha.namespace" -> "kyuubi-metrics",
+      "kyuubi.frontend.bind.host" -> "127.0.0.1",
+      "kyuubi.frontend.thrift.binary.bind.port" -> "0",
+      "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$dir/metadata.db",
+      "kyuubi.metrics.enabled" -> "true",
+      "kyuubi.metrics.reporters" -> "PROMETHEUS,JMX",
+      "kyuubi.metrics.prometheus.port" -> prometheus.toString)
+    val server = new KyuubiServer("metrics", KyuubiHome.Patched, conf, dir, heapMb = 512, mode = KyuubiHome.WholeServer)
+    try {
+      // The port Kyuubi bound, from its own log line.
+      val Exposed = """.*exposing JDBC connection at: jdbc:hive2://metrics:(\d+)/.*""".r
+      val bound = eventually(server.log.collectFirst { case Exposed(p) => p.toInt }.getOrElse(fail("no JDBC line yet")))
+      assert(bound > 0)
+      assert(server.logLines("podsweep started as metrics:0").nonEmpty, "podsweep did not start with a provisional id")
+      val names = terminatedDrivers(ns, 3)
+      eventually {
+        val st = server.status(ns)
+        assert(st.string("server_id") == s"metrics:$bound", st)
+        assert(st.fields().get("server_id_confirmed") == java.lang.Boolean.TRUE, st)
+      }
+      eventually(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
+      // The leader in ZooKeeper is this server under its bound port.
+      assert(server.logLines(s"podsweep's server id is metrics:$bound").nonEmpty)
+      info(s"Kyuubi bound port $bound; podsweep started as metrics:0 and campaigned as metrics:$bound")
+      val base = "kyuubi_kubernetes_cleanup_default_fleet_metrics"
+      val scrape = eventually {
+        val text = scala.io.Source.fromURL(s"http://127.0.0.1:$prometheus/metrics", "UTF-8").mkString
+        assert(text.contains(s"$base" + "_leader 1.0"), text.linesIterator.filter(_.contains("cleanup")).mkString("\n"))
+        assert(text.contains(s"$base" + "_deletes_accepted " + names.size + ".0"), text.linesIterator.filter(_.contains("deletes")).mkString("\n"))
+        text
+      }
+      val ours = scrape.linesIterator.filter(_.contains("kyuubi_kubernetes_cleanup")).toVector
+      info(s"Kyuubi's Prometheus endpoint, podsweep's lines (${ours.size}):\n" +
+        ours.filter(l => l.startsWith(base + "_leader") || l.startsWith(base + "_deletes_") || l.startsWith(base + "_healthy") ||
+          l.startsWith(base + "_tracked") || l.startsWith(base + "_lag_count")).mkString("\n"))
+      // Kyuubi's own gauges come through the same endpoint.
+      assert(scrape.contains("kyuubi_jvm") || scrape.contains("kyuubi_memory_usage"), "not Kyuubi's registry")
+      // JMX reporter: Dropwizard's JmxReporter puts every gauge in domain "metrics".
+      val beans = server.mbeans("metrics")
+      assert(beans.exists(_.contains("name=kyuubi.kubernetes.cleanup.default.fleet_metrics.leader")), beans.filter(_.contains("cleanup")))
+    } finally {
+      server.close()
+      ha.close()
+    }
+  }
+
   test("podsweep switched off (podsweep.enabled=false): the patched class cleans as stock Kyuubi does") {
     needPatched()
     val ns = "fleet-switched-off"
@@ -279,5 +333,13 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
       stock.close()
       patched.close()
     }
+  }
+}
+
+object KyuubiFleetSuite {
+  /** A free TCP port on the loopback interface. */
+  def freePort(): Int = {
+    val socket = new java.net.ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress)
+    try socket.getLocalPort finally socket.close()
   }
 }

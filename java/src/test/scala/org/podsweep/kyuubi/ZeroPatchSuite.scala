@@ -171,6 +171,45 @@ class ZeroPatchSuite extends AnyFunSuite {
     }
   }
 
+  test("a whole stock Kyuubi server with the drop-in on port 0: podsweep's identity is the port it bound; its gauges are in Kyuubi's Prometheus endpoint") {
+    needDropin()
+    withFleet("zookeeper") { (ha, api, admin) =>
+      val ns = "dropin-metrics"
+      val dir = logDir.resolve("dropin-metrics")
+      Files.createDirectories(dir)
+      val prometheus = KyuubiFleetSuite.freePort()
+      val conf = KyuubiServer.conf("dropin-metrics", new PodsApiServer(api), Seq(ns), 2000) ++
+        stockOff(ha, "kyuubi-dropin-metrics") ++ Map(
+          "kyuubi.frontend.bind.host" -> "127.0.0.1",
+          "kyuubi.frontend.thrift.binary.bind.port" -> "0",
+          "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$dir/metadata.db",
+          "kyuubi.metrics.enabled" -> "true",
+          "kyuubi.metrics.reporters" -> "PROMETHEUS",
+          "kyuubi.metrics.prometheus.port" -> prometheus.toString)
+      val s = new KyuubiServer("dropin-metrics", KyuubiHome.Dropin, conf, dir, heapMb = 512, mode = KyuubiHome.WholeServer)
+      try {
+        val Exposed = """.*exposing JDBC connection at: jdbc:hive2://dropin-metrics:(\d+)/.*""".r
+        val bound = eventually(s.log.collectFirst { case Exposed(p) => p.toInt }.getOrElse(fail("no JDBC line yet")))
+        eventually {
+          val st = s.status(ns)
+          assert(st.string("server_id") == s"dropin-metrics:$bound", st)
+          assert(st.fields().get("server_id_confirmed") == java.lang.Boolean.TRUE, st)
+          assert(st.number("leader") == 1, st)
+        }
+        cleanOnce(api, admin, ns, pods = 3)
+        val base = "kyuubi_kubernetes_cleanup_default_dropin_metrics"
+        val scrape = eventually {
+          val text = scala.io.Source.fromURL(s"http://127.0.0.1:$prometheus/metrics", "UTF-8").mkString
+          assert(text.contains(base + "_leader 1.0") && text.contains(base + "_deletes_accepted 3.0"),
+            text.linesIterator.filter(_.contains("cleanup")).mkString("\n"))
+          text
+        }
+        info(scrape.linesIterator.filter(l => l.startsWith(base + "_leader") || l.startsWith(base + "_deletes_accepted") ||
+          l.startsWith(base + "_watch")).mkString("\n"))
+      } finally s.close()
+    }
+  }
+
   // ---------------------------------------------------------------------------------------------
   // The standalone daemon
 

@@ -15,7 +15,8 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
 
   private val perScope = Seq("leader", "leadership_transitions", "leaderless_ms", "tracked", "scheduled", "due",
     "inflight", "retries", "cancelled", "oldest_overdue_ms", "deletes.sent", "healthy", "lag.count",
-    "lag.p50_seconds", "lag.p99_seconds", "lag.max_seconds") ++ PodsweepMetricSet.OUTCOMES.asScala.map("deletes." + _)
+    "lag.p50_seconds", "lag.p99_seconds", "lag.max_seconds", "paused", "pause_ms", "paused_until_ms", "restarts") ++
+    PodsweepMetricSet.OUTCOMES.asScala.map("deletes." + _) ++ PodsweepMetricSet.PAUSES.asScala.map(r => s"pause.${r}_ms")
 
   private def value(r: MetricRegistry, name: String): Any = {
     val g = r.getGauges.get(name)
@@ -67,6 +68,33 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
       assert(value(registry, "kyuubi.kubernetes.cleanup.log_records_dropped") == null)
       set.unregister(registry)
       assert(registry.getNames.isEmpty)
+    } finally s.close()
+  }
+
+  test("issue 20: a scope held back reads paused, with its cause and its end") {
+    // The API server of LocalSweeper's conf is a closed port: every DELETE fails (transport) and
+    // waits for its retry, so the scope is held back by the backoff.
+    val conf = LocalSweeper.conf + ("kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> "PT0.1S")
+    val s = PodSweeper.create(conf.asJava, "metrics:pause")
+    try {
+      val registry = new MetricRegistry
+      val set = new PodsweepMetricSet(s, 0, TimeUnit.MILLISECONDS)
+      LocalSweeper.finished(s, null, "held", "h1")
+      eventually {
+        val st = ScopeStatus.parse(s.scopeStatus(null, "held"))
+        assert(st.paused && st.pauseReason == "backoff", st)
+        assert(st.pausedUntilMs > System.currentTimeMillis() - 1000, st)
+        assert(st.pauses.get(0).get("detail").toString.contains("transport"), st)
+      }
+      set.register(registry)
+      val base = "kyuubi.kubernetes.cleanup.default.held"
+      eventually {
+        assert(value(registry, s"$base.paused") == 1L)
+        assert(value(registry, s"$base.paused_until_ms").asInstanceOf[Long] > 0L)
+        assert(value(registry, s"$base.pause.retry_after_ms") == 0L)
+        assert(value(registry, s"$base.pause.backoff_ms").asInstanceOf[Long] >= 0L)
+      }
+      assert(value(registry, s"$base.healthy") == 1L, "a backoff alone is healthy")
     } finally s.close()
   }
 

@@ -196,6 +196,21 @@ final class KyuubiServer(
   /** The patch's own complaints: podsweep refused an event, or did not start. */
   override def problems: Seq[String] = logLines("podsweep did not")
 
+  /**
+   * The KyuubiConf entries under `prefix` that Kyuubi's settings generator would list, as a JSON
+   * array of `{key, default, doc, type, version}` (see KyuubiProcess).
+   */
+  def settings(prefix: String): String = ask(s"settings $prefix", "SETTINGS")
+
+  /** Kyuubi's registered entry of `key` reading `value`: `ok <value>` or `error <message>`. */
+  def check(key: String, value: String): String = ask(s"check $key $value", "CHECK")
+
+  /** A batch `tag` in state CANCELED in the server's metadata store (see KyuubiProcess). */
+  def cancelBatch(tag: String): Unit = ask(s"cancel-batch $tag", "CANCELED")
+
+  /** The names of the MBeans of `domain` in the server's JVM. */
+  def mbeans(domain: String): Seq[String] = ask(s"jmx $domain", "JMX").split(" ").toSeq.filter(_.nonEmpty)
+
   /** The class names of the ApplicationOperations Kyuubi loaded (manager mode). */
   def operations: Seq[String] = ask("operations", "OPERATIONS").split(",").toSeq.filter(_.nonEmpty)
 

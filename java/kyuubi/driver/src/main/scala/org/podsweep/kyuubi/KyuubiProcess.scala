@@ -5,14 +5,21 @@ import java.nio.charset.StandardCharsets
 import java.nio.file.{Files, Paths}
 import java.util.Properties
 
+import java.lang.management.ManagementFactory
+
 import scala.collection.JavaConverters._
+
+import javax.management.ObjectName
 
 import io.fabric8.kubernetes.api.model.Pod
 import io.fabric8.kubernetes.client.utils.Serialization
 
-import org.apache.kyuubi.config.KyuubiConf
+import org.apache.kyuubi.config.{ConfigEntry, KyuubiConf}
 import org.apache.kyuubi.config.KyuubiConf.KubernetesApplicationStateSource
 import org.apache.kyuubi.engine.{ApplicationManagerInfo, KubernetesApplicationOperation, KubernetesInfo, KubernetesResourceEventTypes, KyuubiApplicationManager}
+import org.apache.kyuubi.server.metadata.MetadataManager
+import org.apache.kyuubi.server.metadata.api.Metadata
+import org.apache.kyuubi.session.SessionType
 
 /**
  * One Kyuubi server's `KubernetesApplicationOperation` (stock or patched, whichever jar is on the
@@ -33,7 +40,18 @@ import org.apache.kyuubi.engine.{ApplicationManagerInfo, KubernetesApplicationOp
  *  - `status` -> `STATUS <json>`: podsweep's `statusAll()` of the patched class, `[]` when off;
  *  - `map <pods.json> <out.json>`: Kyuubi's own state mapping of every pod in the file (a JSON
  *    array of pods) for every state source and event, written to `out.json`; answers `MAPPED <n>`;
- *  - `stop` -> `stop()`, then `STOPPED` and exit 0.
+ *  - `stop` -> `stop()`, then `STOPPED` and exit 0;
+ *  - `settings <key prefix>` -> `SETTINGS <json>`: the KyuubiConf entries registered once the
+ *    configuration objects Kyuubi's `AllKyuubiConfiguration` loads are loaded (and, in a
+ *    patched jar, `org.apache.kyuubi.engine.PodsweepConf`, which the patched generator loads
+ *    too), not internal, whose key starts with the prefix: key, default, doc, type and version,
+ *    the fields of a row of Kyuubi's generated `docs/configuration/settings.md`;
+ *  - `check <key> <value>` -> `CHECK ok <value read>` or `CHECK error <message>`: the registered
+ *    entry of `key` reading `value` (Kyuubi's type conversion and checks);
+ *  - `cancel-batch <tag>` -> `CANCELED <tag>`: a batch with that identifier and state CANCELED in
+ *    the metadata store (when started with `podsweep.driver.metadataStore=true`: a
+ *    `MetadataManager` on `kyuubi.metadata.store.jdbc.url` is then handed to `initialize`);
+ *  - `jmx <domain>` -> `JMX <names>`: the MBeans of the platform server in that domain.
  *
  * Anything else the JVM writes to stdout goes to stderr, so the protocol stays clean.
  */
@@ -63,9 +81,16 @@ object KyuubiProcess {
         manager.start()
         (managerOperations(manager), () => manager.stop())
       case _ =>
+        val metadata = if (conf.getOption(MetadataStoreFlag).contains("true")) {
+          val mm = new MetadataManager()
+          mm.initialize(conf)
+          mm.start()
+          metadataManager = Some(mm)
+          metadataManager
+        } else None
         val o = new KubernetesApplicationOperation()
-        o.initialize(conf, None)
-        (Seq(o), () => o.stop())
+        o.initialize(conf, metadata)
+        (Seq(o), () => { o.stop(); metadata.foreach(_.stop()) })
     }
     val op = ops.collectFirst { case k: KubernetesApplicationOperation => k }
       .getOrElse(throw new IllegalStateException("no KubernetesApplicationOperation was loaded"))
@@ -86,6 +111,15 @@ object KyuubiProcess {
           out.println("STATUS " + json.replace('\n', ' '))
         case "map" :: pods :: dest :: Nil =>
           out.println("MAPPED " + map(pods, dest))
+        case "settings" :: prefix :: Nil =>
+          out.println("SETTINGS " + settings(prefix))
+        case "check" :: key :: value :: Nil =>
+          out.println("CHECK " + check(key, value))
+        case "cancel-batch" :: tag :: Nil =>
+          out.println("CANCELED " + cancelBatch(tag))
+        case "jmx" :: domain :: Nil =>
+          val names = ManagementFactory.getPlatformMBeanServer.queryNames(new ObjectName(s"$domain:*"), null)
+          out.println("JMX " + names.asScala.map(_.toString).toSeq.sorted.mkString(" "))
         case "operations" :: Nil =>
           out.println("OPERATIONS " + ops.map(_.getClass.getName).mkString(","))
         case "stop" :: Nil =>
@@ -122,6 +156,82 @@ object KyuubiProcess {
       f.get(manager).asInstanceOf[Seq[AnyRef]]
     }.getOrElse(Nil)
 
+  /** The driver's own key: start a MetadataManager for the operation (OperationOnly mode). */
+  val MetadataStoreFlag = "podsweep.driver.metadataStore"
+
+  @volatile private var metadataManager: Option[MetadataManager] = None
+
+  /**
+   * The configuration objects Kyuubi's settings generator (`AllKyuubiConfiguration`) loads, and
+   * the patched jar's PodsweepConf (absent from a stock jar), by name: loading an object
+   * registers its entries with KyuubiConf.
+   */
+  private val ConfObjects = Seq(
+    "org.apache.kyuubi.config.KyuubiConf$",
+    "org.apache.kyuubi.ctl.CtlConf$",
+    "org.apache.kyuubi.ha.HighAvailabilityConf$",
+    "org.apache.kyuubi.server.metadata.jdbc.JDBCMetadataStoreConf$",
+    "org.apache.kyuubi.metrics.MetricsConf$",
+    "org.apache.kyuubi.engine.PodsweepConf$",
+    "org.apache.kyuubi.zookeeper.ZookeeperConf$")
+
+  private def loadConfObjects(): Unit = ConfObjects.foreach { name =>
+    scala.util.Try(Class.forName(name).getField("MODULE$").get(null))
+  }
+
+  private def json(s: String): String =
+    if (s == null) "null"
+    else "\"" + s.flatMap {
+      case '"' => "\\\""
+      case '\\' => "\\\\"
+      case '\n' => "\\n"
+      case c if c < ' ' => " "
+      case c => c.toString
+    } + "\""
+
+  /** The registered, non-internal entries under `prefix` as a JSON array. */
+  private def settings(prefix: String): String = {
+    loadConfObjects()
+    // Kyuubi's registry accessors are private to its config package: reached by reflection.
+    val all = KyuubiConf.getClass.getMethod("getConfigEntries").invoke(KyuubiConf)
+      .asInstanceOf[java.util.Collection[ConfigEntry[_]]]
+    all.asScala.toSeq.filter(e => !e.internal && e.key.startsWith(prefix))
+      .sortBy(_.key).map { e =>
+        s"""{"key": ${json(e.key)}, "default": ${json(e.defaultValStr)}, "doc": ${json(e.doc)}, """ +
+          s""""type": ${json(e.typ)}, "version": ${json(e.version)}}"""
+      }.mkString("[", ", ", "]")
+  }
+
+  /** The registered entry of `key` reading `value`: `ok <value>` or `error <message>`. */
+  private def check(key: String, value: String): String = {
+    loadConfObjects()
+    val entry = KyuubiConf.getClass.getMethod("getConfigEntry", classOf[String]).invoke(KyuubiConf, key)
+    Option(entry.asInstanceOf[ConfigEntry[_]]) match {
+      case None => "error no entry " + key
+      case Some(entry) =>
+        try "ok " + String.valueOf(new KyuubiConf(false).set(key, value).get(entry))
+        catch { case e: Exception => "error " + String.valueOf(e.getMessage).replace('\n', ' ') }
+    }
+  }
+
+  /** A CANCELED batch `tag` in the metadata store. */
+  private def cancelBatch(tag: String): String = {
+    val mm = metadataManager.getOrElse(throw new IllegalStateException(s"no metadata store ($MetadataStoreFlag)"))
+    mm.insertMetadata(Metadata(
+      identifier = tag,
+      sessionType = SessionType.BATCH,
+      realUser = "podsweep",
+      username = "podsweep",
+      ipAddress = "127.0.0.1",
+      kyuubiInstance = "podsweep-test",
+      state = "CANCELED",
+      requestName = "canceled-batch",
+      createTime = System.currentTimeMillis(),
+      engineType = "SPARK",
+      clusterManager = Some("k8s")), asyncRetryOnError = false)
+    tag
+  }
+
   private def opt(s: String): Option[String] = if (s == "-") None else Some(s)
   private def dash(s: String): String = if (s == null || s.isEmpty) "-" else s
 
@@ -133,9 +243,16 @@ object KyuubiProcess {
   private def podSweeper(op: AnyRef): Option[AnyRef] =
     if (op.getClass.getName == "org.podsweep.kyuubi.PodsweepCleanupOperation")
       call(op, "podSweeper").asInstanceOf[Option[AnyRef]]
-    else op.getClass.getDeclaredFields.find(_.getName.endsWith("podSweeper")).flatMap { f =>
+    else field(op, _.getType.getName == "org.apache.kyuubi.engine.KubernetesPodsweep") match {
+      // The patch keeps its PodSweeper in KubernetesPodsweep (field `podsweep` of the class).
+      case Some(support) => field(support, _.getName == "sweeper")
+      case None => field(op, _.getName.endsWith("podSweeper"))
+    }
+
+  private def field(target: AnyRef, which: java.lang.reflect.Field => Boolean): Option[AnyRef] =
+    target.getClass.getDeclaredFields.find(which).flatMap { f =>
       f.setAccessible(true)
-      Option(f.get(op))
+      Option(f.get(target))
     }
 
   private def call(target: AnyRef, method: String): Any = target.getClass.getMethod(method).invoke(target)

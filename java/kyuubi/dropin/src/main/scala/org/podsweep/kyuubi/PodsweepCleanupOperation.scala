@@ -2,16 +2,21 @@ package org.podsweep.kyuubi
 
 import java.lang.management.ManagementFactory
 import java.util.Locale
+import java.util.concurrent.{Executors, ScheduledExecutorService, ThreadFactory, TimeUnit}
+import java.util.concurrent.atomic.AtomicLong
 
 import scala.collection.JavaConverters._
 import scala.util.control.NonFatal
 
+import com.codahale.metrics.Gauge
 import javax.management.ObjectName
-import org.podsweep.PodSweeper
+import org.podsweep.{PodSweeper, Redaction}
+import org.podsweep.metrics.PodsweepMetricSet
 
 import org.apache.kyuubi.Logging
 import org.apache.kyuubi.config.KyuubiConf
 import org.apache.kyuubi.engine.{ApplicationInfo, ApplicationManagerInfo, ApplicationOperation, KillResponse, KubernetesApplicationOperation}
+import org.apache.kyuubi.metrics.MetricsSystem
 import org.apache.kyuubi.server.metadata.MetadataManager
 import org.apache.kyuubi.util.JavaUtils
 
@@ -38,14 +43,25 @@ import org.apache.kyuubi.util.JavaUtils
  * never registered with Kyuubi's application manager) with the cleanup kind podsweep would have
  * applied (`...watch.kind`), so this server deletes every terminated driver pod itself, as every
  * server without podsweep does.
+ *
+ * Its identity in the elections is the host the server advertises and the Thrift port it binds;
+ * with port 0 it is confirmed once the server is up (until then its scopes do not campaign).
+ * podsweep's gauges go into Kyuubi's `MetricsSystem` once it runs, through its public
+ * `registerGauge`, so Kyuubi's reporters (Prometheus, JMX, ...) show them. No log line shows a
+ * secret of the configuration (`kyuubi.server.redaction.regex`).
  */
 class PodsweepCleanupOperation extends ApplicationOperation with Logging {
   import PodsweepCleanupOperation._
 
   @volatile private var sweeper: PodSweeper = _
   @volatile private var localCleaner: KubernetesApplicationOperation = _
+  @volatile private var settings: java.util.Map[String, String] = java.util.Collections.emptyMap()
+  @volatile private var housekeeper: ScheduledExecutorService = _
+  @volatile private var host: String = _
+  private val ticks = new AtomicLong(0L)
 
   override def initialize(conf: KyuubiConf, metadataManager: Option[MetadataManager]): Unit = {
+    settings = conf.getAll.asJava
     try start(conf)
     catch {
       // A LinkageError (UnsatisfiedLinkError: the native library did not load) is fatal to
@@ -66,12 +82,48 @@ class PodsweepCleanupOperation extends ApplicationOperation with Logging {
     }
     val embedded = embeddedZooKeeper(conf)
     embedded.foreach(address => warn(s"kyuubi.ha.addresses ($address) is this server's embedded ZooKeeper"))
-    val settings = conf.getAll ++ Map(WatchEnabled -> "true") ++ embedded.map(_ => HaEmbedded -> "true")
-    val s = PodSweeper.create(settings.asJava, serverId(conf))
+    val all = (conf.getAll ++ Map(WatchEnabled -> "true") ++ embedded.map(_ => HaEmbedded -> "true")).asJava
+    host = serverHost(conf)
+    val port = conf.get(KyuubiConf.FRONTEND_THRIFT_BINARY_BIND_PORT)
+    // Port 0: the frontend binds a port of its own choosing later; confirmed by housekeeping.
+    val s = if (port == 0) PodSweeper.createAwaitingServerId(all, s"$host:0") else PodSweeper.create(all, s"$host:$port")
     sweeper = s
-    info(s"podsweep drop-in started as ${s.serverId}: the elected server of each Kubernetes context and " +
-      "namespace watches its driver pods and deletes the terminated ones")
+    val metricSet = new PodsweepMetricSet(s)
+    val h = Executors.newSingleThreadScheduledExecutor(new ThreadFactory {
+      override def newThread(r: Runnable): Thread = {
+        val t = new Thread(r, "podsweep-dropin-housekeeping")
+        t.setDaemon(true)
+        t
+      }
+    })
+    h.scheduleWithFixedDelay(new Runnable { override def run(): Unit = housekeeping(s, metricSet) }, 1, 1, TimeUnit.SECONDS)
+    housekeeper = h
+    info(s"podsweep drop-in started as ${s.serverId}" +
+      (if (port == 0) " (the port is confirmed once the server bound it)" else "") +
+      ": the elected server of each Kubernetes context and namespace watches its driver pods and" +
+      " deletes the terminated ones")
   }
+
+  /**
+   * Every second: confirms the identity once the server bound its port 0; every fifth, registers
+   * the gauges of new scopes with Kyuubi's MetricsSystem (when it runs).
+   */
+  private def housekeeping(s: PodSweeper, metricSet: PodsweepMetricSet): Unit =
+    try {
+      if (s.serverId.endsWith(":0")) boundThriftPort.foreach(port => s.confirmServerId(s"$host:$port"))
+      if (ticks.getAndIncrement() % 5 == 0) {
+        MetricsSystem.tracing { ms =>
+          metricSet.getMetrics.asScala.foreach { case (name, metric) =>
+            if (ms.getGauge(name).isEmpty) {
+              val g = metric.asInstanceOf[Gauge[Number]]
+              ms.registerGauge[Number](name, g.getValue, null)
+            }
+          }
+        }
+      }
+    } catch {
+      case NonFatal(e) => debug(s"podsweep drop-in housekeeping: ${Redaction.scrub(settings, e.toString)}")
+    }
 
   /** Never: Kyuubi's own KubernetesApplicationOperation answers for Kubernetes applications. */
   override def isSupported(appMgrInfo: ApplicationManagerInfo): Boolean = false
@@ -95,7 +147,9 @@ class PodsweepCleanupOperation extends ApplicationOperation with Logging {
    * Kyuubi's own class, the kind podsweep would have applied. A kind of NONE (or one that does not
    * parse) leaves nothing to clean with, said in the ERROR.
    */
-  private def cleanLocally(conf: KyuubiConf, cause: Throwable): Unit = {
+  private def cleanLocally(conf: KyuubiConf, cause0: Throwable): Unit = {
+    val cause = Redaction.redacted(settings, cause0)
+    stopHousekeeper()
     Option(sweeper).foreach { s =>
       sweeper = null
       try s.close() catch { case NonFatal(e) => warn(s"podsweep drop-in close failed: $e") }
@@ -122,7 +176,13 @@ class PodsweepCleanupOperation extends ApplicationOperation with Logging {
     }
   }
 
+  private def stopHousekeeper(): Unit = {
+    Option(housekeeper).foreach(_.shutdownNow())
+    housekeeper = null
+  }
+
   override def stop(): Unit = {
+    stopHousekeeper()
     Option(sweeper).foreach { s =>
       sweeper = null
       try s.close()
@@ -152,12 +212,28 @@ object PodsweepCleanupOperation {
    * registration (`kyuubi.frontend.advertised.host`, else the Thrift bind host, else the local
    * canonical host name), stable across restarts of the same host.
    */
-  def serverId(conf: KyuubiConf): String = {
-    val host = conf.get(KyuubiConf.FRONTEND_ADVERTISED_HOST)
+  def serverId(conf: KyuubiConf): String =
+    s"${serverHost(conf)}:${conf.get(KyuubiConf.FRONTEND_THRIFT_BINARY_BIND_PORT)}"
+
+  def serverHost(conf: KyuubiConf): String =
+    conf.get(KyuubiConf.FRONTEND_ADVERTISED_HOST)
       .orElse(conf.get(KyuubiConf.FRONTEND_THRIFT_BINARY_BIND_HOST))
       .getOrElse(JavaUtils.findLocalInetAddress.getCanonicalHostName)
-    s"$host:${conf.get(KyuubiConf.FRONTEND_THRIFT_BINARY_BIND_PORT)}"
-  }
+
+  /**
+   * The port the running Kyuubi server's Thrift binary frontend bound (else its first frontend's),
+   * once the server has started; by reflection, since Kyuubi keeps the server private to its
+   * packages.
+   */
+  def boundThriftPort: Option[String] = scala.util.Try {
+    val module = Class.forName("org.apache.kyuubi.server.KyuubiServer$").getField("MODULE$").get(null)
+    Option(module.getClass.getMethod("kyuubiServer").invoke(module)).flatMap { server =>
+      val fronts = server.getClass.getMethod("frontendServices").invoke(server).asInstanceOf[Seq[AnyRef]]
+      fronts.find(_.getClass.getSimpleName.contains("TBinary")).orElse(fronts.headOption)
+        .map(f => f.getClass.getMethod("connectionUrl").invoke(f).toString)
+        .map(url => url.substring(url.lastIndexOf(':') + 1))
+    }
+  }.toOption.flatten
 
   /**
    * `kyuubi.ha.addresses` when it is the ZooKeeper Kyuubi embedded in this JVM (no HA address was
