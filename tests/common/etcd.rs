@@ -152,20 +152,7 @@ impl EtcdServer {
     /// The keys under `prefix` with their values and leases, in create-revision order (in an
     /// election, the first one leads).
     pub async fn keys_under(&self, prefix: &str) -> Vec<Candidate> {
-        let mut client = self.client().await;
-        let got = client
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await
-            .unwrap_or_else(|e| panic!("get {prefix}: {e}"));
-        let mut kvs: Vec<_> = got.kvs().to_vec();
-        kvs.sort_by_key(|kv| kv.create_revision());
-        kvs.iter()
-            .map(|kv| Candidate {
-                key: String::from_utf8_lossy(kv.key()).into_owned(),
-                identity: String::from_utf8_lossy(kv.value()).into_owned(),
-                owner: kv.lease(),
-            })
-            .collect()
+        keys_under(&mut self.client().await, prefix).await
     }
 
     /// Every lease the server holds (`LeaseLeases`), sorted.
@@ -269,6 +256,24 @@ impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The keys under `prefix` with their values and leases, read with `client`, in create-revision
+/// order (in an election, the first one leads).
+pub async fn keys_under(client: &mut Client, prefix: &str) -> Vec<Candidate> {
+    let got = client
+        .get(prefix, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap_or_else(|e| panic!("get {prefix}: {e}"));
+    let mut kvs: Vec<_> = got.kvs().to_vec();
+    kvs.sort_by_key(|kv| kv.create_revision());
+    kvs.iter()
+        .map(|kv| Candidate {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            identity: String::from_utf8_lossy(kv.value()).into_owned(),
+            owner: kv.lease(),
+        })
+        .collect()
 }
 
 /// One `get` from a helper thread with its own runtime (callers may be inside a runtime).

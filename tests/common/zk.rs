@@ -488,7 +488,11 @@ pub async fn inspector(addr: &str) -> Client {
 
 /// The latch nodes of `dir`, in sequence order, read with a separate client.
 pub async fn latch_nodes(addr: &str, dir: &str) -> Vec<LatchNode> {
-    let client = inspector(addr).await;
+    latch_nodes_with(&inspector(addr).await, dir).await
+}
+
+/// The latch nodes of `dir`, in sequence order, read with `client`.
+pub async fn latch_nodes_with(client: &Client, dir: &str) -> Vec<LatchNode> {
     let names = match client.list_children(dir).await {
         Ok(names) => names,
         Err(ZkError::NoNode) => Vec::new(),
