@@ -41,7 +41,7 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
-use crate::config::{keys, CleanupKind, ConfigError, HaSettings, Settings};
+use crate::config::{keys, ConfigError, HaSettings, Settings};
 use crate::deleter::{KubeDeleter, PodDeleter};
 use crate::election::etcd::EtcdBackend;
 use crate::election::local::LocalBackend;
@@ -49,7 +49,7 @@ use crate::election::zookeeper::ZooKeeperBackend;
 use crate::election::{Backend, ElectionHandle, Identity, Leadership};
 use crate::kube_client;
 use crate::metrics::ScopeMetrics;
-use crate::model::Observation;
+use crate::model::{CleanupKind, Observation};
 use crate::pause::PauseKind;
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};

@@ -41,9 +41,8 @@ use hashbrown::HashTable;
 use slab::Slab;
 use tokio::time::Instant;
 
-use crate::config::CleanupKind;
 use crate::ident::Ident;
-use crate::model::{AppState, Observation};
+use crate::model::{AppState, CleanupKind, Observation};
 
 /// A pod UID as the tracker and the sweeper keep it.
 pub type Uid = Ident;

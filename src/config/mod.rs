@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::model::CleanupKind;
+
 mod ha;
 pub mod redact;
 pub mod table;
@@ -116,27 +118,6 @@ impl ConfigError {
     pub fn key(&self) -> &str {
         match self {
             ConfigError::Invalid { key, .. } => key,
-        }
-    }
-}
-
-/// Kyuubi's `KubernetesCleanupDriverPodStrategy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CleanupKind {
-    /// Delete nothing (Kyuubi's default).
-    None,
-    /// Delete every terminated driver pod.
-    All,
-    /// Delete only driver pods whose application FINISHED.
-    Completed,
-}
-
-impl CleanupKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CleanupKind::None => "NONE",
-            CleanupKind::All => "ALL",
-            CleanupKind::Completed => "COMPLETED",
         }
     }
 }
