@@ -253,6 +253,33 @@ impl Tracker {
         PodName::AroundTag(s)
     }
 
+    /// A new record for `uid`, `Scheduled`, from what `obs` says of the pod.
+    fn add(
+        &mut self,
+        uid: &Uid,
+        obs: &Observation,
+        now_wall: SystemTime,
+        seen_running: Option<SystemTime>,
+        immediate: bool,
+    ) {
+        self.counts[Stage::Scheduled as usize] += 1;
+        let name = self.shape(&obs.tag, &obs.pod_name);
+        self.insert(Record {
+            uid: uid.clone(),
+            tag: Ident::new(&obs.tag),
+            name,
+            state: obs.state,
+            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
+            first_seen: ms_ceil(now_wall),
+            seen_running: seen_running.map_or(0, ms_ceil),
+            timer_at: 0,
+            overdue_since: 0,
+            stage: Stage::Scheduled,
+            attempts: 0,
+            immediate,
+        });
+    }
+
     /// Applies one observation. `uid` must be `obs.pod_uid` as a [`Uid`].
     pub fn observe(
         &mut self,
@@ -314,22 +341,7 @@ impl Tracker {
             }
             return Verdict::Ignore;
         }
-        self.counts[Stage::Scheduled as usize] += 1;
-        let name = self.shape(&obs.tag, &obs.pod_name);
-        self.insert(Record {
-            uid: uid.clone(),
-            tag: Ident::new(&obs.tag),
-            name,
-            state: obs.state,
-            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
-            first_seen: ms_ceil(now_wall),
-            seen_running: seen_running.map_or(0, ms_ceil),
-            timer_at: 0,
-            overdue_since: 0,
-            stage: Stage::Scheduled,
-            attempts: 0,
-            immediate: false,
-        });
+        self.add(uid, obs, now_wall, seen_running, false);
         Verdict::Arm
     }
 
@@ -358,22 +370,7 @@ impl Tracker {
             self.records[slot as usize].immediate = true;
             return Verdict::DueNow;
         }
-        self.counts[Stage::Scheduled as usize] += 1;
-        let name = self.shape(&obs.tag, &obs.pod_name);
-        self.insert(Record {
-            uid: uid.clone(),
-            tag: Ident::new(&obs.tag),
-            name,
-            state: obs.state,
-            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
-            first_seen: ms_ceil(now_wall),
-            seen_running: seen_running.map_or(0, ms_ceil),
-            timer_at: 0,
-            overdue_since: 0,
-            stage: Stage::Scheduled,
-            attempts: 0,
-            immediate: true,
-        });
+        self.add(uid, obs, now_wall, seen_running, true);
         Verdict::DueNow
     }
 
