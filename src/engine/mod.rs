@@ -389,26 +389,10 @@ impl Engine {
             return Ok(());
         }
         let slot = self.slot(self.scope_id(scope)?)?;
-        if !slot.admitted.load(Ordering::Acquire) && !self.admit(&slot)? {
-            return Ok(());
-        }
-        let why: Box<str> = why.chars().take(200).collect::<String>().into();
-        {
-            let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(h) = scopes.get(&slot.key) {
-                let _ = h.tx.send(Command::DueNow(obs, why));
-                return Ok(());
-            }
-        }
-        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
-        if self.closed.load(Ordering::Acquire) {
-            return Err(EngineError::Closed);
-        }
-        let h = scopes
-            .entry(slot.key.clone())
-            .or_insert_with(|| self.start_scope(slot.scope.clone(), slot.key.clone(), Some(&slot)));
-        let _ = h.tx.send(Command::DueNow(obs, why));
-        Ok(())
+        self.to_task(&slot, move |h| {
+            let why: Box<str> = why.chars().take(200).collect::<String>().into();
+            let _ = h.tx.send(Command::DueNow(obs, why));
+        })
     }
 
     /// Feeds one pod event. Non-blocking.
@@ -596,14 +580,23 @@ impl Engine {
     /// Hands a checked observation of a Kyuubi driver pod to its scope's task (unless the task
     /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
     fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<(), EngineError> {
-        let scope = &slot.scope;
+        self.to_task(slot, |h| send(h, &slot.seen, &head, obs, self.clock.now()))
+    }
+
+    /// Hands something to the task of `slot`'s key (`give`), once the allow lists admit the
+    /// scope, starting the task if none serves the key yet.
+    fn to_task(
+        &self,
+        slot: &Arc<Slot>,
+        give: impl FnOnce(&ScopeHandle),
+    ) -> Result<(), EngineError> {
         if !slot.admitted.load(Ordering::Acquire) && !self.admit(slot)? {
             return Ok(());
         }
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(&slot.key) {
-                send(h, &slot.seen, &head, obs, self.clock.now());
+                give(h);
                 return Ok(());
             }
         }
@@ -614,8 +607,8 @@ impl Engine {
         }
         let h = scopes
             .entry(slot.key.clone())
-            .or_insert_with(|| self.start_scope(scope.clone(), slot.key.clone(), Some(slot)));
-        send(h, &slot.seen, &head, obs, self.clock.now());
+            .or_insert_with(|| self.start_scope(slot.scope.clone(), slot.key.clone(), Some(slot)));
+        give(h);
         Ok(())
     }
 
