@@ -21,7 +21,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::etcd::{EtcdCluster, EtcdServer};
-use common::fleet::{min_median_max, Figures, Fleet};
+use common::fleet::{min_median_max, Churn, Figures, Fleet};
 use common::proxy::Proxy;
 use common::zk::{ZkEnsemble, ZkServer};
 use podsweep::config::{keys, ETCD_CLIENT_CLASS};
@@ -239,6 +239,28 @@ fn no_leader(what: &str) -> Vec<String> {
     vec![format!("no leader was elected {what}")]
 }
 
+/// How every churn scenario starts: a leader within 30 s (else that is broken), then a pod
+/// terminating every [`CHURN`], running for 1.5 s before the first fault.
+fn start_churn(fleet: &Arc<Fleet>) -> (Churn, Vec<String>) {
+    let mut broken = Vec::new();
+    if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
+        broken.extend(no_leader("at the start"));
+    }
+    let churn = fleet.churn(CHURN);
+    sleep(Duration::from_millis(1500));
+    (churn, broken)
+}
+
+/// How every churn scenario ends: the churn stopped, the backlog drained (for at most `limit`),
+/// the servers shut down; how long the drain took, and the safety figures.
+fn end_churn(fleet: &Fleet, churn: Churn, limit: Duration) -> (Duration, Figures) {
+    churn.stop();
+    let drained = fleet.drain(limit);
+    sleep(Duration::from_millis(500));
+    fleet.shutdown();
+    (drained, fleet.figures())
+}
+
 // ------------------------------------------------------------------------------------------------
 // sigkill
 
@@ -250,14 +272,9 @@ fn sigkill(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, 
     ));
     let ha = Ha::start(backend);
     let fleet = fleet_of_three(rt, &format!("sigkill-{backend}"), ha.conf());
-    let mut broken = Vec::new();
     let mut failovers = Vec::new();
     let mut no_successor = 0;
-    if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
-        broken.extend(no_leader("at the start"));
-    }
-    let churn = fleet.churn(CHURN);
-    sleep(Duration::from_millis(1500));
+    let (churn, mut broken) = start_churn(&fleet);
     for k in 0..kills {
         let Some((leader, _)) = fleet.wait_leader(&[], Duration::from_secs(20)) else {
             no_successor += 1;
@@ -278,11 +295,7 @@ fn sigkill(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, 
         // Let the new leader work through the backlog before the next kill.
         sleep(Duration::from_millis(800));
     }
-    churn.stop();
-    let drained = fleet.drain(Duration::from_secs(30));
-    sleep(Duration::from_millis(500));
-    fleet.shutdown();
-    let figures = fleet.figures();
+    let (drained, figures) = end_churn(&fleet, churn, Duration::from_secs(30));
     if no_successor > 0 {
         broken.push(format!("{no_successor} kills had no successor within 20 s"));
     }
@@ -309,18 +322,13 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
     ));
     let ha = Ha::start(backend);
     let fleet = fleet_of_three(rt, &format!("expiry-{backend}"), ha.conf());
-    let mut broken = Vec::new();
     let mut failovers = Vec::new();
     let mut after_lapse = 0;
     let mut mid_delete = 0;
     let mut relead_at_thaw = 0;
     let mut written_before_freeze = 0;
     let mut late_ms = 0;
-    if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
-        broken.extend(no_leader("at the start"));
-    }
-    let churn = fleet.churn(CHURN);
-    sleep(Duration::from_millis(1500));
+    let (churn, mut broken) = start_churn(&fleet);
     for r in 0..rounds {
         let Some((leader, _)) = fleet.wait_leader(&[], Duration::from_secs(20)) else {
             broken.push(format!("round {r}: no leader"));
@@ -392,11 +400,7 @@ fn expiry(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
             late.len()
         ));
     }
-    churn.stop();
-    let drained = fleet.drain(Duration::from_secs(30));
-    sleep(Duration::from_millis(500));
-    fleet.shutdown();
-    let figures = fleet.figures();
+    let (drained, figures) = end_churn(&fleet, churn, Duration::from_secs(30));
     if after_lapse > 0 {
         broken.push(format!(
             "{after_lapse} DELETEs written by a server after its lease lapsed"
@@ -487,12 +491,7 @@ fn quorum(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
         &format!("quorum-{backend}"),
         ha_conf(backend, addresses),
     );
-    let mut broken = Vec::new();
-    if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
-        broken.extend(no_leader("at the start"));
-    }
-    let churn = fleet.churn(CHURN);
-    sleep(Duration::from_millis(1500));
+    let (churn, mut broken) = start_churn(&fleet);
 
     // 1. One member lost (the backend's own leader): a quorum remains; cleanup goes on.
     let first = members.leader().unwrap_or(0);
@@ -553,11 +552,7 @@ fn quorum(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value, V
             hold.as_secs()
         ));
     }
-    churn.stop();
-    let drained = fleet.drain(Duration::from_secs(40));
-    sleep(Duration::from_millis(500));
-    fleet.shutdown();
-    let figures = fleet.figures();
+    let (drained, figures) = end_churn(&fleet, churn, Duration::from_secs(40));
     if without_quorum > 0 {
         broken.push(format!(
             "{without_quorum} DELETEs while no quorum was reachable (after the lease)"
@@ -624,12 +619,7 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
         };
         fleet.spawn_with(conf, Some(&via_proxy));
     }
-    let mut broken = Vec::new();
-    if fleet.wait_leader(&[], Duration::from_secs(30)).is_none() {
-        broken.extend(no_leader("at the start"));
-    }
-    let churn = fleet.churn(CHURN);
-    sleep(Duration::from_millis(1500));
+    let (churn, mut broken) = start_churn(&fleet);
 
     // Cut from the backend.
     let mut ha_failovers = Vec::new();
@@ -697,11 +687,7 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
             backlog_done
         ));
     }
-    churn.stop();
-    let drained = fleet.drain(Duration::from_secs(40));
-    sleep(Duration::from_millis(500));
-    fleet.shutdown();
-    let figures = fleet.figures();
+    let (drained, figures) = end_churn(&fleet, churn, Duration::from_secs(40));
     drop(fleet);
     if after_lapse > 0 {
         broken.push(format!(

@@ -2,8 +2,9 @@
 //! backend.
 //!
 //! 3 server processes (this binary again, one podsweep engine each, backend from Kyuubi's keys at
-//! Kyuubi's default timeouts) see one running driver pod in each of 200 scopes (10 with
-//! `--smoke`), against a real ZooKeeper and a real etcd. Measured:
+//! Kyuubi's default timeouts: the fleet of tests/common/fleet.rs, shared with `scripts/chaos`)
+//! see one running driver pod in each of 200 scopes (10 with `--smoke`), against a real ZooKeeper
+//! and a real etcd. Measured:
 //! - `all_led_ms`: from the first process spawned until every scope has a leader;
 //! - `sessions_per_server`: the most ZooKeeper sessions (etcd leases) one server holds, counted
 //!   on the coordination server: the distinct owners of the latch nodes (the leases of the
@@ -22,31 +23,23 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::recorder::{self, Recorder};
-use etcd_client::GetOptions;
-use podsweep::clock::Clock;
+use common::fleet::Fleet;
+use common::process::poll_until;
 use podsweep::config::{keys, HaSettings, Settings, ETCD_CLIENT_CLASS};
 use podsweep::election::etcd::EtcdBackend;
 use podsweep::election::zookeeper::ZooKeeperBackend;
-use podsweep::election::{Backend, Leadership};
-use podsweep::engine::Engine;
-use podsweep::model::{AppState, EventKind, Observation};
+use podsweep::kube_client::resolve;
 use podsweep::scope::Scope;
 use serde_json::json;
 
-const CHILD_ENV: &str = "PODSWEEP_FLEET_SCALE_CHILD";
 const SERVERS: usize = 3;
 const NAMESPACE: &str = "podsweep_scale";
+const MASTER: &str = "kyuubi.kubernetes.master.address";
 
 fn main() {
-    if let Ok(spec) = std::env::var(CHILD_ENV) {
-        return child(&spec);
-    }
+    common::fleet::child_main();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let smoke = args.iter().any(|a| a == "--smoke");
     for n in args.iter().filter(|a| !a.starts_with('-')) {
@@ -67,7 +60,7 @@ fn main() {
         .expect("runtime");
     for backend in ["zookeeper", "etcd"] {
         if only.is_empty() || only.contains(&backend) {
-            rt.block_on(fleet_scale(backend, smoke));
+            fleet_scale(&rt, backend, smoke);
         }
     }
 }
@@ -76,12 +69,13 @@ fn progress(msg: &str) {
     eprintln!("[bench] {msg}");
 }
 
-fn scope_of(i: usize) -> Scope {
-    Scope::new(None, Some(&format!("tenant-{i:03}")))
+/// The namespace of scope `i`.
+fn namespace(i: usize) -> String {
+    format!("tenant-{i:03}")
 }
 
-fn identity(server: usize) -> String {
-    format!("server-{server}:10009")
+fn scope_of(i: usize) -> Scope {
+    Scope::new(None, Some(&namespace(i)))
 }
 
 /// The coordination server under test and what the bench needs from it.
@@ -151,24 +145,22 @@ impl Coordinator {
     }
 
     /// For each server, the distinct sessions (leases) that own its latch nodes (election keys)
-    /// over all `scopes`, read from the coordination server.
-    async fn sessions_by_server(&self, scopes: usize) -> Vec<usize> {
-        let settings = Settings::from_map(self.conf()).expect("bench conf");
+    /// over all `scopes`, read from the coordination server. The servers talk to the API server
+    /// at `api_url`: the cluster of their scopes' election keys.
+    async fn sessions_by_server(&self, scopes: usize, api_url: &str) -> Vec<usize> {
+        let mut conf = self.conf();
+        conf.insert(MASTER.to_owned(), api_url.to_owned());
+        let key = |i: usize| resolve(&conf, &scope_of(i)).expect("the scope's cluster");
+        let settings = Settings::from_map(conf.clone()).expect("bench conf");
         let mut owners: HashMap<String, HashSet<i64>> = HashMap::new();
         match (self, &settings.ha) {
             (Coordinator::ZooKeeper(zk), HaSettings::ZooKeeper(s)) => {
                 let backend = ZooKeeperBackend::new(s.clone());
                 let client = common::zk::inspector(&zk.addr()).await;
                 for i in 0..scopes {
-                    let dir = backend.latch_dir(&scope_of(i));
-                    let names = client.list_children(&dir).await.unwrap_or_default();
-                    for name in names {
-                        if let Ok((data, stat)) = client.get_data(&format!("{dir}/{name}")).await {
-                            owners
-                                .entry(String::from_utf8_lossy(&data).into_owned())
-                                .or_default()
-                                .insert(stat.ephemeral_owner);
-                        }
+                    let dir = backend.latch_dir(&key(i));
+                    for n in common::zk::latch_nodes_with(&client, &dir).await {
+                        owners.entry(n.identity).or_default().insert(n.owner);
                     }
                 }
             }
@@ -176,23 +168,16 @@ impl Coordinator {
                 let backend = EtcdBackend::new(s.clone());
                 let mut client = etcd.client().await;
                 for i in 0..scopes {
-                    let prefix = format!("{}/", backend.election_name(&scope_of(i)));
-                    let got = client
-                        .get(prefix.as_str(), Some(GetOptions::new().with_prefix()))
-                        .await
-                        .expect("read election keys");
-                    for kv in got.kvs() {
-                        owners
-                            .entry(String::from_utf8_lossy(kv.value()).into_owned())
-                            .or_default()
-                            .insert(kv.lease());
+                    let prefix = format!("{}/", backend.election_name(&key(i)));
+                    for k in common::etcd::keys_under(&mut client, &prefix).await {
+                        owners.entry(k.identity).or_default().insert(k.owner);
                     }
                 }
             }
             _ => unreachable!("the settings name the server they were built from"),
         }
         (0..SERVERS)
-            .map(|s| owners.get(&identity(s)).map_or(0, HashSet::len))
+            .map(|s| owners.get(&Fleet::tag(s)).map_or(0, HashSet::len))
             .collect()
     }
 
@@ -219,121 +204,58 @@ impl Coordinator {
     }
 }
 
-/// Which scopes each server process says it leads.
-struct Fleet {
-    children: Vec<Option<Child>>,
-    /// Per server, the scopes it leads; `None` once it is dead.
-    leading: Arc<Mutex<Vec<Option<HashSet<usize>>>>>,
+/// How many servers lead each of the first `scopes` scopes.
+fn leaders_per_scope(fleet: &Fleet, scopes: usize) -> Vec<usize> {
+    let leading = fleet.leading();
+    (0..scopes)
+        .map(|i| {
+            let ns = namespace(i);
+            leading.iter().filter(|l| l.contains(&ns)).count()
+        })
+        .collect()
 }
 
-impl Fleet {
-    fn spawn(conf: &HashMap<String, String>, scopes: usize) -> Fleet {
-        let leading = Arc::new(Mutex::new(vec![Some(HashSet::new()); SERVERS]));
-        let mut children = Vec::new();
-        for server in 0..SERVERS {
-            let spec = json!({"conf": conf, "scopes": scopes, "server": server});
-            let mut child = Command::new(std::env::current_exe().expect("own path"))
-                .env(CHILD_ENV, spec.to_string())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn a server process");
-            let out = child.stdout.take().expect("child stdout");
-            let leading = leading.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    let mut l = leading.lock().unwrap_or_else(|p| p.into_inner());
-                    // Lines still buffered from a killed server do not count.
-                    let Some(set) = l[server].as_mut() else {
-                        break;
-                    };
-                    if let Some(i) = line.strip_prefix("LEAD ").and_then(|i| i.parse().ok()) {
-                        set.insert(i);
-                    } else if let Some(i) = line.strip_prefix("DROP ").and_then(|i| i.parse().ok())
-                    {
-                        set.remove(&i);
-                    }
-                }
-                // The process is gone: it leads nothing.
-                leading.lock().unwrap_or_else(|p| p.into_inner())[server] = None;
-            });
-            children.push(Some(child));
-        }
-        Fleet { children, leading }
-    }
-
-    fn leading(&self) -> Vec<HashSet<usize>> {
-        let l = self.leading.lock().unwrap_or_else(|p| p.into_inner());
-        l.iter().map(|s| s.clone().unwrap_or_default()).collect()
-    }
-
-    /// How many servers lead each scope.
-    fn leaders_per_scope(&self, scopes: usize) -> Vec<usize> {
-        let leading = self.leading();
-        (0..scopes)
-            .map(|i| leading.iter().filter(|l| l.contains(&i)).count())
-            .collect()
-    }
-
-    fn kill(&mut self, server: usize) {
-        if let Some(mut c) = self.children[server].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // Dead, it leads nothing, whether or not its reader has seen the end of its output yet.
-        self.leading.lock().unwrap_or_else(|p| p.into_inner())[server] = None;
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for s in 0..SERVERS {
-            self.kill(s);
-        }
-    }
-}
-
-/// Polls `done` every 20 ms for at most `limit`; how long it took, if it happened.
-async fn wait_for(limit: Duration, since: Instant, done: impl Fn() -> bool) -> Option<u64> {
-    loop {
-        if done() {
-            return Some(since.elapsed().as_millis() as u64);
-        }
-        if since.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn fleet_scale(backend: &'static str, smoke: bool) {
+fn fleet_scale(rt: &tokio::runtime::Runtime, backend: &'static str, smoke: bool) {
     let scopes = if smoke { 10 } else { 200 };
     let window = Duration::from_secs(if smoke { 10 } else { 120 });
     let server = Coordinator::start(backend);
-    let conf = server.conf();
     progress(&format!(
         "fleet_scale ({backend}): {SERVERS} server processes x {scopes} scopes"
     ));
+    // One running driver pod per scope (the elections start with it), told to every server.
+    let mut fleet = Fleet::new(rt, &namespace(0), Vec::new());
+    fleet.poll = Duration::from_millis(20);
+    fleet.record_deletes = true;
+    for i in 0..scopes {
+        fleet.add_running_in(&namespace(i));
+    }
+    // Every server talks to the API at one address: the cluster, and so the election key, of a
+    // scope is its API server's address (the fleet's default, a listener per server, would give
+    // each server elections of its own).
+    let conf: Vec<(String, String)> = server.conf().into_iter().collect();
+    let api_url = fleet.api.url.clone();
+    let same_api = move |_: &str| api_url.clone();
     let t0 = Instant::now();
-    let mut fleet = Fleet::spawn(&conf, scopes);
-    let all_led_ms = wait_for(Duration::from_secs(180), t0, || {
-        fleet.leaders_per_scope(scopes).iter().all(|&n| n >= 1)
+    for _ in 0..SERVERS {
+        fleet.spawn_with(conf.clone(), Some(&same_api));
+    }
+    let all_led_ms = poll_until(Duration::from_secs(180), || {
+        leaders_per_scope(&fleet, scopes).iter().all(|&n| n >= 1)
     })
-    .await;
+    .map(|_| t0.elapsed().as_millis() as u64);
     // Let the last followers finish campaigning before counting.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let one_leader_per_scope = fleet.leaders_per_scope(scopes).iter().all(|&n| n == 1);
+    std::thread::sleep(Duration::from_secs(3));
+    let one_leader_per_scope = leaders_per_scope(&fleet, scopes).iter().all(|&n| n == 1);
     let alive_connections = server.zk_alive_connections();
-    let sessions_each = server.sessions_by_server(scopes).await;
-    let leases_total = server.leases_total().await;
+    let sessions_each = rt.block_on(server.sessions_by_server(scopes, &fleet.api.url));
+    let leases_total = rt.block_on(server.leases_total());
     progress(&format!(
         "fleet_scale ({backend}): all led in {all_led_ms:?} ms; sessions per server {sessions_each:?}; measuring {} s",
         window.as_secs()
     ));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::thread::sleep(Duration::from_secs(2));
     let before = server.messages();
-    tokio::time::sleep(window).await;
+    std::thread::sleep(window);
     let after = server.messages();
     let minutes = window.as_secs_f64() / 60.0;
     let coordination_per_minute = match (before, after) {
@@ -343,19 +265,21 @@ async fn fleet_scale(backend: &'static str, smoke: bool) {
     // Kill the server that leads the most scopes; wait until each of them has a new leader.
     let leading = fleet.leading();
     let victim = (0..SERVERS).max_by_key(|&s| leading[s].len()).unwrap_or(0);
-    let led: Vec<usize> = leading[victim].iter().copied().collect();
+    let led: Vec<usize> = (0..scopes)
+        .filter(|&i| leading[victim].contains(&namespace(i)))
+        .collect();
     progress(&format!(
         "fleet_scale ({backend}): killing server-{victim}, which leads {} scopes",
         led.len()
     ));
     let tk = Instant::now();
     fleet.kill(victim);
-    let failover_all_scopes_ms = wait_for(Duration::from_secs(180), tk, || {
-        let per_scope = fleet.leaders_per_scope(scopes);
+    let failover_all_scopes_ms = poll_until(Duration::from_secs(180), || {
+        let per_scope = leaders_per_scope(&fleet, scopes);
         led.iter().all(|&i| per_scope[i] >= 1)
     })
-    .await;
-    let per_scope = fleet.leaders_per_scope(scopes);
+    .map(|_| tk.elapsed().as_millis() as u64);
+    let per_scope = leaders_per_scope(&fleet, scopes);
     let led_again = led.iter().filter(|&&i| per_scope[i] >= 1).count();
     drop(fleet);
     let line = json!({
@@ -379,84 +303,4 @@ async fn fleet_scale(backend: &'static str, smoke: bool) {
         "timeouts": server.timeouts(),
     });
     common::bench::line("fleet_scale", line);
-}
-
-/// A server process: one engine; one running driver pod in each scope starts its elections.
-/// Prints `LEAD <i>` / `DROP <i>` whenever its leadership of scope `i` changes; exits when its
-/// stdin closes (the parent went away).
-fn child(spec: &str) {
-    let spec: serde_json::Value = serde_json::from_str(spec).expect("child spec");
-    let conf: HashMap<String, String> = spec["conf"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let scopes = spec["scopes"].as_u64().unwrap_or(1) as usize;
-    let server = spec["server"].as_u64().unwrap_or(0) as usize;
-    let settings = Settings::from_map(conf).expect("child conf");
-    let backend: Arc<dyn Backend> = match &settings.ha {
-        HaSettings::ZooKeeper(z) => Arc::new(ZooKeeperBackend::new(z.clone())),
-        HaSettings::Etcd(e) => Arc::new(EtcdBackend::new(e.clone())),
-        HaSettings::Local => panic!("fleet_scale needs an HA backend"),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let engine = Engine::with_parts(
-        settings,
-        &identity(server),
-        backend,
-        recorder::source(Arc::new(Recorder::default())),
-        Clock::System,
-        rt.handle().clone(),
-    )
-    .expect("engine");
-    let all: Vec<Scope> = (0..scopes).map(scope_of).collect();
-    for (i, s) in all.iter().enumerate() {
-        let uid = format!("running-{i}");
-        let pod = Observation {
-            kind: EventKind::Add,
-            tag: format!("tag-{uid}"),
-            pod_name: format!("kyuubi-spark-{uid}-driver"),
-            pod_uid: uid,
-            state: AppState::Running,
-            has_app_selector: true,
-            terminated_at: None,
-            deletion_requested: false,
-        };
-        engine.observe(s.clone(), pod).expect("observe");
-    }
-    std::thread::spawn(|| {
-        let mut sink = String::new();
-        while std::io::stdin()
-            .lock()
-            .read_line(&mut sink)
-            .is_ok_and(|n| n > 0)
-        {}
-        std::process::exit(0);
-    });
-    rt.block_on(async move {
-        let mut led = vec![false; scopes];
-        loop {
-            let mut out = String::new();
-            for (i, s) in all.iter().enumerate() {
-                let now = engine.leadership(s) == Some(Leadership::Leading);
-                if now != led[i] {
-                    out.push_str(&format!("{} {i}\n", if now { "LEAD" } else { "DROP" }));
-                    led[i] = now;
-                }
-            }
-            if !out.is_empty() {
-                let mut stdout = std::io::stdout().lock();
-                let _ = stdout.write_all(out.as_bytes());
-                let _ = stdout.flush();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
 }

@@ -1,8 +1,28 @@
-//! What the JVM tells podsweep about a pod, in Kyuubi's terms.
+//! What the JVM tells podsweep about a pod, in Kyuubi's terms, and which of them Kyuubi's cleanup
+//! strategy deletes.
 
 use std::time::SystemTime;
 
-use crate::config::CleanupKind;
+/// Kyuubi's `KubernetesCleanupDriverPodStrategy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CleanupKind {
+    /// Delete nothing (Kyuubi's default).
+    None,
+    /// Delete every terminated driver pod.
+    All,
+    /// Delete only driver pods whose application FINISHED.
+    Completed,
+}
+
+impl CleanupKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CleanupKind::None => "NONE",
+            CleanupKind::All => "ALL",
+            CleanupKind::Completed => "COMPLETED",
+        }
+    }
+}
 
 /// Kyuubi's `ApplicationState`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

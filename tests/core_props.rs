@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use podsweep::config::{keys, CleanupKind, Settings, ETCD_CLIENT_CLASS, ZK_CLIENT_CLASS};
-use podsweep::model::{AppState, EventKind, Observation};
+use podsweep::config::{keys, Settings, ETCD_CLIENT_CLASS, ZK_CLIENT_CLASS};
+use podsweep::model::{AppState, CleanupKind, EventKind, Observation};
 use podsweep::schedule::{self, SKEW_TOLERANCE};
 use podsweep::tracker::{Tracker, Uid, Verdict};
 use proptest::prelude::*;

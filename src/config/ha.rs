@@ -1,11 +1,126 @@
-//! The `kyuubi.ha.*` keys: which backend elects the leaders, and its settings.
+//! The `kyuubi.ha.*` keys: which backend elects the leaders, and its settings (the types and
+//! their parsing).
 
 use std::time::Duration;
 
 use super::{
-    keys, parse_bool, parse_time, ConfigError, EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry,
-    ZkSettings, ETCD_CLIENT_CLASS, MAX_TIME, ZK_CLIENT_CLASS,
+    keys, parse_bool, parse_time, ConfigError, ETCD_CLIENT_CLASS, MAX_TIME, ZK_CLIENT_CLASS,
 };
+
+/// Which HA backend elects the cleanup leaders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HaSettings {
+    /// No HA backend: every server cleans up on its own (Kyuubi today).
+    Local,
+    ZooKeeper(ZkSettings),
+    Etcd(EtcdSettings),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdSettings {
+    /// Endpoints from `kyuubi.ha.addresses`, each `http(s)://host:port` (a bare `host:port` gets
+    /// `http://`, or `https://` when TLS is on).
+    pub endpoints: Vec<String>,
+    /// Kyuubi's `kyuubi.ha.namespace`; election names live under `/<namespace>-podsweep/elections/`.
+    pub namespace: String,
+    /// Lease TTL, whole seconds as Kyuubi rounds `kyuubi.ha.etcd.lease.timeout`.
+    pub lease_ttl: Duration,
+    pub tls: Option<EtcdTls>,
+}
+
+impl EtcdSettings {
+    /// The key prefix under which every scope's election lives.
+    pub fn root(&self) -> String {
+        format!("/{}-podsweep/elections", self.namespace.trim_matches('/'))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkSettings {
+    /// Connect string, `host:port[,host:port...][/chroot]`.
+    pub addresses: String,
+    /// Kyuubi's `kyuubi.ha.namespace`; podsweep's latches live under `/<namespace>-podsweep`.
+    pub namespace: String,
+    pub session_timeout: Duration,
+    pub connection_timeout: Duration,
+    /// `kyuubi.ha.zookeeper.auth.type`.
+    pub auth: ZkAuth,
+    /// `kyuubi.ha.zookeeper.auth.digest` (`user:password`): added as `digest` auth whenever set,
+    /// whatever the auth type, as Kyuubi does.
+    pub digest: Option<String>,
+    /// Kyuubi's connection retry keys; podsweep keeps retrying forever (a cleanup leader must come
+    /// back), using the base and maximum waits for its backoff.
+    pub retry: ZkRetry,
+}
+
+impl Default for ZkSettings {
+    fn default() -> Self {
+        ZkSettings {
+            addresses: String::new(),
+            namespace: "kyuubi".into(),
+            session_timeout: Duration::from_millis(60_000),
+            connection_timeout: Duration::from_millis(15_000),
+            auth: ZkAuth::None,
+            digest: None,
+            retry: ZkRetry::default(),
+        }
+    }
+}
+
+/// `kyuubi.ha.zookeeper.auth.type`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZkAuth {
+    None,
+    /// Digest auth from `kyuubi.ha.zookeeper.auth.digest`.
+    Digest,
+    /// SASL/GSSAPI; needs a build with the `kerberos` feature.
+    Kerberos {
+        principal: Option<String>,
+        keytab: Option<String>,
+        server_principal: Option<String>,
+    },
+}
+
+impl ZkAuth {
+    /// Nodes podsweep creates get world-read + creator-all ACLs unless the auth type is NONE.
+    pub fn secure_acls(&self) -> bool {
+        !matches!(self, ZkAuth::None)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZkRetry {
+    /// `ONE_TIME`, `N_TIME`, `EXPONENTIAL_BACKOFF`, `BOUNDED_EXPONENTIAL_BACKOFF`, `UNTIL_ELAPSED`.
+    pub policy: String,
+    pub max_retries: u32,
+    pub base_wait: Duration,
+    pub max_wait: Duration,
+}
+
+impl Default for ZkRetry {
+    fn default() -> Self {
+        ZkRetry {
+            policy: "EXPONENTIAL_BACKOFF".into(),
+            max_retries: 3,
+            base_wait: Duration::from_millis(1000),
+            max_wait: Duration::from_millis(30_000),
+        }
+    }
+}
+
+impl ZkSettings {
+    /// The ZooKeeper path under which every scope's latch lives.
+    pub fn root(&self) -> String {
+        format!("/{}-podsweep/latches", self.namespace.trim_matches('/'))
+    }
+}
 
 pub(super) fn parse_ha<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,

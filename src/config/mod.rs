@@ -2,21 +2,32 @@
 //!
 //! podsweep reads Kyuubi's own keys with Kyuubi's defaults, so a server passes its `KyuubiConf`
 //! as it is. Every error names the key it came from.
+//!
+//! This module holds the key names, the error and [`Settings`] with the stock cleanup keys; each
+//! key family has its own submodule: `ha` (the HA backend and its settings), `tuning` (DELETE
+//! pacing and retries), `watch` (self-watch mode), `time` (Kyuubi's time values); `table` is the
+//! one table of every key, `redact` keeps secrets out of logs and messages.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::model::CleanupKind;
+
 mod ha;
 pub mod redact;
 pub mod table;
 mod time;
+mod tuning;
 mod watch;
 
 use self::ha::parse_ha;
+use self::tuning::parse_tuning;
 
+pub use self::ha::{EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings};
 pub use self::time::{parse_time, MAX_TIME};
+pub use self::tuning::{Tuning, MAX_QPS, MIN_QPS};
 pub use self::watch::{init_list_scopes, WatchSettings};
 
 /// Kyuubi's key names.
@@ -117,142 +128,6 @@ impl ConfigError {
         match self {
             ConfigError::Invalid { key, .. } => key,
         }
-    }
-}
-
-/// Kyuubi's `KubernetesCleanupDriverPodStrategy`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CleanupKind {
-    /// Delete nothing (Kyuubi's default).
-    None,
-    /// Delete every terminated driver pod.
-    All,
-    /// Delete only driver pods whose application FINISHED.
-    Completed,
-}
-
-impl CleanupKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CleanupKind::None => "NONE",
-            CleanupKind::All => "ALL",
-            CleanupKind::Completed => "COMPLETED",
-        }
-    }
-}
-
-/// Which HA backend elects the cleanup leaders.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HaSettings {
-    /// No HA backend: every server cleans up on its own (Kyuubi today).
-    Local,
-    ZooKeeper(ZkSettings),
-    Etcd(EtcdSettings),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EtcdSettings {
-    /// Endpoints from `kyuubi.ha.addresses`, each `http(s)://host:port` (a bare `host:port` gets
-    /// `http://`, or `https://` when TLS is on).
-    pub endpoints: Vec<String>,
-    /// Kyuubi's `kyuubi.ha.namespace`; election names live under `/<namespace>-podsweep/elections/`.
-    pub namespace: String,
-    /// Lease TTL, whole seconds as Kyuubi rounds `kyuubi.ha.etcd.lease.timeout`.
-    pub lease_ttl: Duration,
-    pub tls: Option<EtcdTls>,
-}
-
-impl EtcdSettings {
-    /// The key prefix under which every scope's election lives.
-    pub fn root(&self) -> String {
-        format!("/{}-podsweep/elections", self.namespace.trim_matches('/'))
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EtcdTls {
-    pub ca: String,
-    pub cert: String,
-    pub key: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ZkSettings {
-    /// Connect string, `host:port[,host:port...][/chroot]`.
-    pub addresses: String,
-    /// Kyuubi's `kyuubi.ha.namespace`; podsweep's latches live under `/<namespace>-podsweep`.
-    pub namespace: String,
-    pub session_timeout: Duration,
-    pub connection_timeout: Duration,
-    /// `kyuubi.ha.zookeeper.auth.type`.
-    pub auth: ZkAuth,
-    /// `kyuubi.ha.zookeeper.auth.digest` (`user:password`): added as `digest` auth whenever set,
-    /// whatever the auth type, as Kyuubi does.
-    pub digest: Option<String>,
-    /// Kyuubi's connection retry keys; podsweep keeps retrying forever (a cleanup leader must come
-    /// back), using the base and maximum waits for its backoff.
-    pub retry: ZkRetry,
-}
-
-impl Default for ZkSettings {
-    fn default() -> Self {
-        ZkSettings {
-            addresses: String::new(),
-            namespace: "kyuubi".into(),
-            session_timeout: Duration::from_millis(60_000),
-            connection_timeout: Duration::from_millis(15_000),
-            auth: ZkAuth::None,
-            digest: None,
-            retry: ZkRetry::default(),
-        }
-    }
-}
-
-/// `kyuubi.ha.zookeeper.auth.type`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ZkAuth {
-    None,
-    /// Digest auth from `kyuubi.ha.zookeeper.auth.digest`.
-    Digest,
-    /// SASL/GSSAPI; needs a build with the `kerberos` feature.
-    Kerberos {
-        principal: Option<String>,
-        keytab: Option<String>,
-        server_principal: Option<String>,
-    },
-}
-
-impl ZkAuth {
-    /// Nodes podsweep creates get world-read + creator-all ACLs unless the auth type is NONE.
-    pub fn secure_acls(&self) -> bool {
-        !matches!(self, ZkAuth::None)
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ZkRetry {
-    /// `ONE_TIME`, `N_TIME`, `EXPONENTIAL_BACKOFF`, `BOUNDED_EXPONENTIAL_BACKOFF`, `UNTIL_ELAPSED`.
-    pub policy: String,
-    pub max_retries: u32,
-    pub base_wait: Duration,
-    pub max_wait: Duration,
-}
-
-impl Default for ZkRetry {
-    fn default() -> Self {
-        ZkRetry {
-            policy: "EXPONENTIAL_BACKOFF".into(),
-            max_retries: 3,
-            base_wait: Duration::from_millis(1000),
-            max_wait: Duration::from_millis(30_000),
-        }
-    }
-}
-
-impl ZkSettings {
-    /// The ZooKeeper path under which every scope's latch lives.
-    pub fn root(&self) -> String {
-        format!("/{}-podsweep/latches", self.namespace.trim_matches('/'))
     }
 }
 
@@ -375,86 +250,6 @@ impl Settings {
             .filter(|v| !v.is_empty())
     }
 }
-
-/// How DELETEs are paced and retried, per scope.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Tuning {
-    /// Token-bucket rate of DELETEs per second.
-    pub qps: f64,
-    /// Token-bucket size.
-    pub burst: u32,
-    /// DELETEs in flight at most.
-    pub max_in_flight: usize,
-    /// Send DELETEs with server-side `dryRun=All`; log "would delete".
-    pub dry_run: bool,
-    /// Cap of the exponential backoff after 429, 5xx and transport failures.
-    pub retry_max_wait: Duration,
-    /// Wait between retries of a pod whose DELETE was forbidden (403).
-    pub forbidden_retry: Duration,
-    /// At most one ERROR summary of forbidden pods per scope per this interval.
-    pub forbidden_summary: Duration,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Tuning {
-            qps: 10.0,
-            burst: 20,
-            max_in_flight: 8,
-            dry_run: false,
-            retry_max_wait: Duration::from_secs(60),
-            forbidden_retry: Duration::from_secs(60),
-            forbidden_summary: Duration::from_secs(60),
-        }
-    }
-}
-
-fn parse_tuning<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Tuning, ConfigError> {
-    let d = Tuning::default();
-    let qps = match get(keys::RATE_QPS) {
-        None => d.qps,
-        Some(v) => match v.parse::<f64>() {
-            Ok(q) if (MIN_QPS..=MAX_QPS).contains(&q) => q,
-            _ => {
-                return Err(ConfigError::invalid(
-                    keys::RATE_QPS,
-                    v,
-                    format!("expected a number from {MIN_QPS} to {MAX_QPS}"),
-                ))
-            }
-        },
-    };
-    let positive = |key: &str, default: u64| -> Result<u64, ConfigError> {
-        match get(key) {
-            None => Ok(default),
-            Some(v) => match v.parse::<u64>() {
-                Ok(n) if n > 0 && n <= 1_000_000 => Ok(n),
-                _ => Err(ConfigError::invalid(
-                    key,
-                    v,
-                    "expected a whole number from 1 to 1000000",
-                )),
-            },
-        }
-    };
-    let time = |key: &str, default: Duration| -> Result<Duration, ConfigError> {
-        get(key).map_or(Ok(default), |v| positive_time(key, v))
-    };
-    Ok(Tuning {
-        qps,
-        burst: positive(keys::RATE_BURST, u64::from(d.burst))? as u32,
-        max_in_flight: positive(keys::MAX_IN_FLIGHT, d.max_in_flight as u64)? as usize,
-        dry_run: parse_bool(keys::DRY_RUN, get(keys::DRY_RUN), false)?,
-        retry_max_wait: time(keys::RETRY_MAX_WAIT, d.retry_max_wait)?,
-        forbidden_retry: time(keys::FORBIDDEN_RETRY, d.forbidden_retry)?,
-        forbidden_summary: time(keys::FORBIDDEN_SUMMARY, d.forbidden_summary)?,
-    })
-}
-
-/// Slowest accepted DELETE rate: one every 1,000 s (the token bucket's waits stay finite).
-pub const MIN_QPS: f64 = 0.001;
-/// Fastest accepted DELETE rate.
-pub const MAX_QPS: f64 = 1_000_000.0;
 
 /// A cleanup kind (Kyuubi's enum names, any case).
 fn parse_kind(key: &str, v: &str) -> Result<CleanupKind, ConfigError> {

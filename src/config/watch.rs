@@ -1,8 +1,9 @@
 //! Self-watch mode: podsweep watches the driver pods itself instead of being fed by Kyuubi's
 //! informers (the drop-in provider for stock Kyuubi, the standalone daemon).
 
-use super::{keys, parse_bool, parse_kind, CleanupKind, ConfigError};
+use super::{keys, parse_bool, parse_kind, ConfigError};
 use crate::kyuubi_state::{StateConfig, StateSource, DEFAULT_STATE_CONTAINER};
+use crate::model::CleanupKind;
 use crate::scope::Scope;
 
 /// Everything self-watch mode needs.

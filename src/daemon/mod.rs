@@ -22,8 +22,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use crate::config::{keys, CleanupKind, Settings};
+use crate::config::{keys, Settings};
 use crate::engine::{self, Engine};
+use crate::model::CleanupKind;
 
 /// Exit status of a bad configuration or command line.
 pub const EXIT_CONFIG: u8 = 2;

@@ -42,13 +42,13 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
-use crate::config::{CleanupKind, Tuning};
+use crate::config::Tuning;
 use crate::deleter::{Outcome, PodDeleter};
 use crate::election::{ElectionHandle, Leadership, Status};
 use crate::metrics::{
     ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS, UNHEALTHY_THROTTLED,
 };
-use crate::model::Observation;
+use crate::model::{CleanupKind, Observation};
 use crate::pause::PauseKind;
 use crate::schedule;
 use crate::scope::Scope;

@@ -11,6 +11,9 @@
 //! harness uses `--heartbeat-interval 50 --election-timeout 500`, so leases of 1 s and up are
 //! honoured as asked, and a restarted member elects itself within about half a second.
 //!
+//! [`EtcdServer`] is the etcd side of the election suite (`common::election`): candidates are the
+//! keys of an election, sessions the leases.
+//!
 //! Environment overrides: `PODSWEEP_ETCD` replaces the etcd binary (default `etcd`);
 //! `PODSWEEP_ETCD_LOG=1` keeps etcd's log in `<temp dir>/etcd.log`.
 #![allow(dead_code)]
@@ -18,15 +21,22 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, Identity, TlsOptions};
+use podsweep::config::{EtcdSettings, EtcdTls};
+use podsweep::election::etcd::EtcdBackend;
+use podsweep::election::Backend;
+use podsweep::scope::Scope;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 use tempfile::TempDir;
+
+use super::election::{Candidate, ElectionServer, NAMESPACE};
 
 /// How long `start` and `restart` wait for the server to serve requests.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -139,6 +149,21 @@ impl EtcdServer {
             .unwrap_or_else(|e| panic!("inspection client for {}: {e}", self.endpoint()))
     }
 
+    /// The keys under `prefix` with their values and leases, in create-revision order (in an
+    /// election, the first one leads).
+    pub async fn keys_under(&self, prefix: &str) -> Vec<Candidate> {
+        keys_under(&mut self.client().await, prefix).await
+    }
+
+    /// Every lease the server holds (`LeaseLeases`), sorted.
+    pub async fn leases(&self) -> Vec<i64> {
+        let mut client = self.client().await;
+        let got = client.leases().await.expect("lease list");
+        let mut ids: Vec<i64> = got.leases().iter().map(|l| l.id()).collect();
+        ids.sort_unstable();
+        ids
+    }
+
     fn launch(&mut self) {
         let etcd = std::env::var("PODSWEEP_ETCD").unwrap_or_else(|_| "etcd".into());
         let log = std::env::var("PODSWEEP_ETCD_LOG").is_ok_and(|v| v == "1");
@@ -233,6 +258,24 @@ impl Drop for EtcdServer {
     }
 }
 
+/// The keys under `prefix` with their values and leases, read with `client`, in create-revision
+/// order (in an election, the first one leads).
+pub async fn keys_under(client: &mut Client, prefix: &str) -> Vec<Candidate> {
+    let got = client
+        .get(prefix, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap_or_else(|e| panic!("get {prefix}: {e}"));
+    let mut kvs: Vec<_> = got.kvs().to_vec();
+    kvs.sort_by_key(|kv| kv.create_revision());
+    kvs.iter()
+        .map(|kv| Candidate {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            identity: String::from_utf8_lossy(kv.value()).into_owned(),
+            owner: kv.lease(),
+        })
+        .collect()
+}
+
 /// One `get` from a helper thread with its own runtime (callers may be inside a runtime).
 fn probe(endpoint: String, options: ConnectOptions) -> bool {
     let attempt = thread::spawn(move || {
@@ -314,6 +357,89 @@ fn write_certificates(dir: &Path) -> TlsFiles {
         server_key: write("server-key.pem", server_key),
         client_cert: write("client.pem", client_pem),
         client_key: write("client-key.pem", client_key),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The election suite's server
+// ---------------------------------------------------------------------------------------------
+
+/// The settings of the election suite's backends: [`NAMESPACE`], lease TTL `ttl`.
+pub fn election_settings(endpoint: &str, ttl: Duration, tls: Option<EtcdTls>) -> EtcdSettings {
+    EtcdSettings {
+        endpoints: vec![endpoint.to_owned()],
+        namespace: NAMESPACE.to_owned(),
+        lease_ttl: ttl,
+        tls,
+    }
+}
+
+/// The election name (key prefix) of `scope` in [`NAMESPACE`].
+pub fn election_name(scope: &Scope) -> String {
+    EtcdBackend::new(election_settings(
+        "http://unused:1",
+        Duration::from_secs(1),
+        None,
+    ))
+    .election_name(scope)
+}
+
+impl ElectionServer for EtcdServer {
+    const SESSION: &'static str = "lease";
+    const UNREACHABLE: &'static str = "cannot";
+    const HANDOFF: Duration = Duration::from_secs(3);
+    const FAILOVER_SLACK: Duration = Duration::from_secs(1);
+
+    fn start() -> Self {
+        EtcdServer::start_with(false)
+    }
+
+    fn address(&self) -> String {
+        self.endpoint()
+    }
+
+    fn address_on(port: u16) -> String {
+        format!("http://127.0.0.1:{port}")
+    }
+
+    fn backend(address: &str, timeout: Duration) -> Arc<dyn Backend> {
+        Arc::new(EtcdBackend::new(election_settings(address, timeout, None)))
+    }
+
+    async fn candidates(&self, scope: &Scope) -> Vec<Candidate> {
+        self.keys_under(&format!("{}/", election_name(scope))).await
+    }
+
+    /// The elections under the root: `<root>/<scope>/<lease>`.
+    async fn scope_names(&self) -> Vec<String> {
+        let root = format!("/{NAMESPACE}-podsweep/elections/");
+        let mut names: Vec<String> = self
+            .keys_under(&root)
+            .await
+            .into_iter()
+            .filter_map(|k| {
+                let rest = k.key.strip_prefix(&root)?;
+                let (name, lease) = rest.split_once('/')?;
+                (!lease.contains('/')).then(|| name.to_owned())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    async fn sessions(&self) -> Vec<i64> {
+        self.leases().await
+    }
+
+    /// Keys carry leases; a key ends with its lease in hex.
+    fn check_keys(found: &[Candidate]) {
+        assert!(
+            found.iter().all(|k| k.owner != 0),
+            "keys carry leases: {found:?}"
+        );
+        let lease_hex = format!("{:x}", found[0].owner);
+        assert!(found[0].key.ends_with(&lease_hex), "{found:?}");
     }
 }
 

@@ -1,12 +1,15 @@
-//! Child-process candidates: a fleet of podsweep server processes on one scope, with the
-//! Kubernetes API played by [`PodsApi`] and the informers played by the parent.
+//! Child-process candidates: a fleet of podsweep server processes on one scope (or many), with
+//! the Kubernetes API played by [`PodsApi`] and the informers played by the parent.
 //!
 //! Each server is this executable run again with [`CHILD_ENV`] set (call [`child_main`] first
 //! thing in `main`). A server builds its engine as a Kyuubi server does (`Engine::new` from
 //! Kyuubi's keys), so its DELETEs are real HTTP requests to its own listener of the shared
 //! [`PodsApi`] (tagged `server-<id>`: every request is attributed to its sender). Its stdin
-//! carries the informer's events (`POD <name> <uid> <deadline_ms>`, `RUN <name> <uid>`, `GONE
-//! <name>`); its stdout reports its leadership (`STATE <LEADING|FOLLOWING|PAUSED|NO_QUORUM|NONE>`).
+//! carries the informer's events (`POD <name> <uid> <deadline_ms> <namespace>`, `RUN <name> <uid>
+//! <namespace>`, `GONE <name>`); its stdout reports its leadership of each scope it has seen a pod
+//! in (`STATE <namespace> <LEADING|FOLLOWING|PAUSED|NO_QUORUM|NONE>`). The fleet's scope is its
+//! namespace; pods in other namespaces ([`Fleet::add_running_in`]) start more scopes, whose
+//! leaders [`Fleet::leading`] tells.
 //!
 //! The parent kills (SIGKILL), freezes (SIGSTOP) and thaws (SIGCONT) servers, adds pods, and at
 //! the end reads the safety figures from the API's records ([`Fleet::figures`]): every DELETE,
@@ -34,13 +37,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use podsweep::config::{keys, Settings};
+use podsweep::clock::Clock;
+use podsweep::config::{keys, HaSettings, Settings};
+use podsweep::election::etcd::EtcdBackend;
+use podsweep::election::zookeeper::ZooKeeperBackend;
+use podsweep::election::{Backend, Leadership};
 use podsweep::engine::Engine;
 use podsweep::model::{AppState, EventKind, Observation};
 use podsweep::scope::Scope;
 use serde_json::{json, Value};
 
 use super::pods_api::{driver_pod, PodsApi};
+use super::recorder::{self, Recorder};
 
 /// Set in a server process's environment (its JSON spec).
 pub const CHILD_ENV: &str = "PODSWEEP_FLEET_SERVER";
@@ -70,8 +78,11 @@ struct Server {
     tag: String,
     child: Option<Child>,
     stdin: Option<ChildStdin>,
+    /// Its leadership of the fleet's scope.
     state: String,
-    /// The engine's last `leadership_reason`.
+    /// The namespaces whose scope it leads.
+    leading: HashSet<String>,
+    /// The engine's last `leadership_reason` in the fleet's scope.
     reason: String,
     /// Killed (or closed) by the parent: its end is not a crash.
     ended_by_us: bool,
@@ -79,6 +90,7 @@ struct Server {
 }
 
 struct Pod {
+    namespace: String,
     uid: String,
     deadline_ms: u64,
     running: bool,
@@ -163,6 +175,11 @@ pub struct Fleet {
     pub api: Arc<PodsApi>,
     pub namespace: String,
     pub retain_ms: u64,
+    /// How often a server looks at its leadership of each scope.
+    pub poll: Duration,
+    /// Servers record their DELETEs instead of sending them (no Kubernetes client is built): for
+    /// fleets where only the elections count.
+    pub record_deletes: bool,
     ha_conf: Vec<(String, String)>,
     world: Arc<Mutex<World>>,
     rt: tokio::runtime::Handle,
@@ -172,8 +189,8 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// A fleet on scope `namespace` whose servers use the HA keys `ha_conf`. The API server runs
-    /// on `rt`.
+    /// A fleet on scope `namespace` whose servers use the HA keys `ha_conf` (in the HA namespace
+    /// `podsweep_chaos` unless they name one). The API server runs on `rt`.
     pub fn new(
         rt: &tokio::runtime::Runtime,
         namespace: &str,
@@ -208,6 +225,8 @@ impl Fleet {
             api,
             namespace: namespace.to_owned(),
             retain_ms: 1000,
+            poll: Duration::from_millis(5),
+            record_deletes: false,
             ha_conf,
             world,
             rt: rt.handle().clone(),
@@ -251,11 +270,19 @@ impl Fleet {
         conf.insert(TOKEN.into(), "chaos".into());
         conf.insert(keys::CLEANUP_KIND.into(), "ALL".into());
         conf.insert(keys::RETAIN_PERIOD.into(), self.retain_ms.to_string());
-        conf.insert(keys::HA_NAMESPACE.into(), "podsweep_chaos".into());
+        conf.entry(keys::HA_NAMESPACE.into())
+            .or_insert_with(|| "podsweep_chaos".into());
         conf.insert(keys::KUBE_NAMESPACE.into(), self.namespace.clone());
         conf.insert(keys::RATE_QPS.into(), RATE_QPS.to_string());
         conf.insert(keys::RATE_BURST.into(), RATE_QPS.to_string());
-        let spec = json!({"conf": conf, "namespace": self.namespace, "id": id, "retain_ms": self.retain_ms});
+        let spec = json!({
+            "conf": conf,
+            "namespace": self.namespace,
+            "id": id,
+            "retain_ms": self.retain_ms,
+            "poll_ms": self.poll.as_millis() as u64,
+            "record_deletes": self.record_deletes,
+        });
         // /proc/self/exe: the running binary even if a rebuild replaced the file meanwhile.
         let exe = if std::path::Path::new("/proc/self/exe").exists() {
             std::path::PathBuf::from("/proc/self/exe")
@@ -281,9 +308,12 @@ impl Fleet {
                     continue;
                 }
                 if p.running {
-                    list.push_str(&format!("RUN {name} {}\n", p.uid));
+                    list.push_str(&format!("RUN {name} {} {}\n", p.uid, p.namespace));
                 } else {
-                    list.push_str(&format!("POD {name} {} {}\n", p.uid, p.deadline_ms));
+                    list.push_str(&format!(
+                        "POD {name} {} {} {}\n",
+                        p.uid, p.deadline_ms, p.namespace
+                    ));
                 }
             }
             let _ = s.write_all(list.as_bytes());
@@ -294,29 +324,46 @@ impl Fleet {
             child: Some(child),
             stdin,
             state: "NONE".into(),
+            leading: HashSet::new(),
             reason: String::new(),
             ended_by_us: false,
             frozen: false,
         });
         drop(w);
-        let world = self.world.clone();
+        let (world, namespace) = (self.world.clone(), self.namespace.clone());
         thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(state) = line.strip_prefix("STATE ") {
-                    let mut w = lock(&world);
-                    w.servers[id].state = state.to_owned();
-                    w.transitions.push(Transition {
-                        server: id,
-                        state: state.to_owned(),
-                        at: Instant::now(),
-                    });
+                let mut w = lock(&world);
+                // Lines still buffered from a server the parent ended do not count.
+                if w.servers[id].ended_by_us {
+                    continue;
+                }
+                if let Some((ns, state)) = line
+                    .strip_prefix("STATE ")
+                    .and_then(|rest| rest.split_once(' '))
+                {
+                    let s = &mut w.servers[id];
+                    if state == "LEADING" {
+                        s.leading.insert(ns.to_owned());
+                    } else {
+                        s.leading.remove(ns);
+                    }
+                    if ns == namespace {
+                        s.state = state.to_owned();
+                        w.transitions.push(Transition {
+                            server: id,
+                            state: state.to_owned(),
+                            at: Instant::now(),
+                        });
+                    }
                 } else if let Some(reason) = line.strip_prefix("REASON ") {
-                    lock(&world).servers[id].reason = reason.to_owned();
+                    w.servers[id].reason = reason.to_owned();
                 }
             }
             let mut w = lock(&world);
             let s = &mut w.servers[id];
             s.state = "NONE".into();
+            s.leading.clear();
             s.stdin = None;
             if !s.ended_by_us {
                 let status = s.child.as_mut().and_then(|c| c.wait().ok());
@@ -351,6 +398,15 @@ impl Fleet {
             .collect()
     }
 
+    /// Per server, the namespaces whose scope it leads (none once it has ended).
+    pub fn leading(&self) -> Vec<HashSet<String>> {
+        lock(&self.world)
+            .servers
+            .iter()
+            .map(|s| s.leading.clone())
+            .collect()
+    }
+
     /// Waits until a server not in `except` reports LEADING; returns it and the time waited.
     pub fn wait_leader(&self, except: &[usize], within: Duration) -> Option<(usize, Duration)> {
         let t0 = Instant::now();
@@ -370,12 +426,14 @@ impl Fleet {
         lock(&self.world).transitions.clone()
     }
 
-    /// SIGKILL, as a crash would.
+    /// SIGKILL, as a crash would. From now on the server leads nothing.
     pub fn kill(&self, id: usize) {
         let mut w = lock(&self.world);
         let s = &mut w.servers[id];
         s.ended_by_us = true;
         s.stdin = None;
+        s.state = "NONE".into();
+        s.leading.clear();
         if let Some(c) = s.child.as_mut() {
             let _ = c.kill();
             let _ = c.wait();
@@ -403,7 +461,10 @@ impl Fleet {
             if p.gone {
                 relist.push_str(&format!("GONE {name}\n"));
             } else if !p.running {
-                relist.push_str(&format!("POD {name} {} {}\n", p.uid, p.deadline_ms));
+                relist.push_str(&format!(
+                    "POD {name} {} {} {}\n",
+                    p.uid, p.deadline_ms, p.namespace
+                ));
             }
         }
         let s = &mut w.servers[id];
@@ -426,6 +487,7 @@ impl Fleet {
         w.pods.insert(
             name.clone(),
             Pod {
+                namespace: self.namespace.clone(),
                 uid: uid.clone(),
                 deadline_ms,
                 running: false,
@@ -433,19 +495,28 @@ impl Fleet {
             },
         );
         w.order.push(name.clone());
-        w.send_all(&format!("POD {name} {uid} {deadline_ms}\n"));
+        w.send_all(&format!(
+            "POD {name} {uid} {deadline_ms} {}\n",
+            self.namespace
+        ));
         name
     }
 
     /// Adds a running driver pod (it starts the scope's election; never to be deleted).
     pub fn add_running(&self) -> String {
+        self.add_running_in(&self.namespace)
+    }
+
+    /// Adds a running driver pod in `namespace`: every server campaigns in that scope too.
+    pub fn add_running_in(&self, namespace: &str) -> String {
         let mut w = lock(&self.world);
         let name = format!("running-{:06}", w.next_pod);
         w.next_pod += 1;
-        let uid = self.api.create(&self.namespace, driver_pod(&name, None));
+        let uid = self.api.create(namespace, driver_pod(&name, None));
         w.pods.insert(
             name.clone(),
             Pod {
+                namespace: namespace.to_owned(),
                 uid: uid.clone(),
                 deadline_ms: u64::MAX,
                 running: true,
@@ -453,7 +524,7 @@ impl Fleet {
             },
         );
         w.order.push(name.clone());
-        w.send_all(&format!("RUN {name} {uid}\n"));
+        w.send_all(&format!("RUN {name} {uid} {namespace}\n"));
         name
     }
 
@@ -710,11 +781,21 @@ pub fn min_median_max(xs: &[Duration]) -> Value {
     json!({"min": ms[0], "median": ms[ms.len() / 2], "max": ms[ms.len() - 1]})
 }
 
+/// The election backend Kyuubi's HA keys in `settings` name.
+pub fn backend_of(settings: &Settings) -> Arc<dyn Backend> {
+    match &settings.ha {
+        HaSettings::ZooKeeper(z) => Arc::new(ZooKeeperBackend::new(z.clone())),
+        HaSettings::Etcd(e) => Arc::new(EtcdBackend::new(e.clone())),
+        HaSettings::Local => panic!("a fleet needs an HA backend"),
+    }
+}
+
 /// A fleet server: one engine built from Kyuubi's keys; pods from stdin, leadership on stdout.
 fn child(spec: &str) {
     let spec: Value = serde_json::from_str(spec).expect("server spec");
     let id = spec["id"].as_u64().unwrap_or(0);
     let retain_ms = spec["retain_ms"].as_u64().unwrap_or(1000);
+    let poll = Duration::from_millis(spec["poll_ms"].as_u64().unwrap_or(5));
     let conf: HashMap<String, String> = spec["conf"]
         .as_object()
         .map(|o| {
@@ -729,15 +810,30 @@ fn child(spec: &str) {
         .enable_all()
         .build()
         .expect("runtime");
-    let engine = Arc::new(
-        Engine::new(settings, &format!("server-{id}"), rt.handle().clone()).expect("engine"),
-    );
-    let scope = Scope::new(None, spec["namespace"].as_str());
+    let identity = format!("server-{id}");
+    let engine = if spec["record_deletes"] == true {
+        let backend = backend_of(&settings);
+        let deleters = recorder::source(Arc::new(Recorder::default()));
+        Engine::with_parts(
+            settings,
+            &identity,
+            backend,
+            deleters,
+            Clock::System,
+            rt.handle().clone(),
+        )
+    } else {
+        Engine::new(settings, &identity, rt.handle().clone())
+    };
+    let engine = Arc::new(engine.expect("engine"));
+    let home = spec["namespace"].as_str().unwrap_or_default().to_owned();
+    // The namespaces of the scopes seen so far, the fleet's own first.
+    let namespaces = Arc::new(Mutex::new(vec![home.clone()]));
     let feed = {
-        let (engine, scope) = (engine.clone(), scope.clone());
-        move |kind: EventKind, name: &str, uid: &str, ended: Option<SystemTime>| {
+        let engine = engine.clone();
+        move |kind: EventKind, ns: &str, name: &str, uid: &str, ended: Option<SystemTime>| {
             let _ = engine.observe(
-                scope.clone(),
+                Scope::new(None, Some(ns)),
                 Observation {
                     kind,
                     tag: format!("tag-{name}"),
@@ -755,58 +851,93 @@ fn child(spec: &str) {
             );
         }
     };
-    thread::spawn(move || {
-        let mut known: HashMap<String, (String, Option<SystemTime>)> = HashMap::new();
-        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-            let parts: Vec<&str> = line.split(' ').collect();
-            match parts.as_slice() {
-                ["POD", name, uid, deadline] => {
-                    let d: u64 = deadline.parse().unwrap_or(0);
-                    let ended = UNIX_EPOCH + Duration::from_millis(d.saturating_sub(retain_ms));
-                    let kind = if known.contains_key(*name) {
-                        EventKind::Update
-                    } else {
-                        EventKind::Add
-                    };
-                    known.insert(name.to_string(), (uid.to_string(), Some(ended)));
-                    feed(kind, name, uid, Some(ended));
+    {
+        let namespaces = namespaces.clone();
+        thread::spawn(move || {
+            let mut seen: HashSet<String> = HashSet::from([home]);
+            let mut note = |ns: &str| {
+                if seen.insert(ns.to_owned()) {
+                    lock_vec(&namespaces).push(ns.to_owned());
                 }
-                ["RUN", name, uid] => {
-                    known.insert(name.to_string(), (uid.to_string(), None));
-                    feed(EventKind::Add, name, uid, None);
-                }
-                ["GONE", name] => {
-                    if let Some((uid, ended)) = known.remove(*name) {
-                        feed(EventKind::Delete, name, &uid, ended);
+            };
+            // Name -> namespace, UID, end.
+            let mut known: HashMap<String, (String, String, Option<SystemTime>)> = HashMap::new();
+            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                let parts: Vec<&str> = line.split(' ').collect();
+                match parts.as_slice() {
+                    ["POD", name, uid, deadline, ns] => {
+                        let d: u64 = deadline.parse().unwrap_or(0);
+                        let ended = UNIX_EPOCH + Duration::from_millis(d.saturating_sub(retain_ms));
+                        let kind = if known.contains_key(*name) {
+                            EventKind::Update
+                        } else {
+                            EventKind::Add
+                        };
+                        note(ns);
+                        known.insert(
+                            name.to_string(),
+                            (ns.to_string(), uid.to_string(), Some(ended)),
+                        );
+                        feed(kind, ns, name, uid, Some(ended));
                     }
+                    ["RUN", name, uid, ns] => {
+                        note(ns);
+                        known.insert(name.to_string(), (ns.to_string(), uid.to_string(), None));
+                        feed(EventKind::Add, ns, name, uid, None);
+                    }
+                    ["GONE", name] => {
+                        if let Some((ns, uid, ended)) = known.remove(*name) {
+                            feed(EventKind::Delete, &ns, name, &uid, ended);
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        // The parent went away.
-        std::process::exit(0);
-    });
+            // The parent went away.
+            std::process::exit(0);
+        });
+    }
     rt.block_on(async move {
-        let (mut last, mut last_reason) = (None, String::new());
+        // Per scope: namespace, scope, last leadership told.
+        let mut watched: Vec<(String, Scope, Option<Leadership>)> = Vec::new();
+        let mut last_reason = String::new();
         loop {
-            let now = engine.leadership(&scope);
-            if now != last {
-                println!("STATE {}", now.map(|l| l.as_str()).unwrap_or("NONE"));
-                let _ = std::io::stdout().flush();
-                last = now;
+            {
+                let all = lock_vec(&namespaces);
+                for ns in &all[watched.len()..] {
+                    watched.push((ns.clone(), Scope::new(None, Some(ns)), None));
+                }
             }
+            let mut out = String::new();
+            for (ns, scope, last) in watched.iter_mut() {
+                let now = engine.leadership(scope);
+                if now != *last {
+                    let state = now.map(|l| l.as_str()).unwrap_or("NONE");
+                    out.push_str(&format!("STATE {ns} {state}\n"));
+                    *last = now;
+                }
+            }
+            // The reason of the fleet's own scope.
             let status: Value =
-                serde_json::from_str(&engine.status_json(&scope)).unwrap_or_default();
+                serde_json::from_str(&engine.status_json(&watched[0].1)).unwrap_or_default();
             let reason = status["leadership_reason"]
                 .as_str()
                 .unwrap_or("")
                 .replace('\n', " ");
             if reason != last_reason {
-                println!("REASON {reason}");
-                let _ = std::io::stdout().flush();
+                out.push_str(&format!("REASON {reason}\n"));
                 last_reason = reason;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            if !out.is_empty() {
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout.write_all(out.as_bytes());
+                let _ = stdout.flush();
+            }
+            tokio::time::sleep(poll).await;
         }
     });
+}
+
+fn lock_vec(v: &Mutex<Vec<String>>) -> MutexGuard<'_, Vec<String>> {
+    v.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -9,6 +9,9 @@
 //! election ports, a `myid` per data directory), so single servers can be killed and started
 //! again while the others go on. Every server answers all four-letter words.
 //!
+//! [`ZkServer`] is the ZooKeeper side of the election suite (`common::election`): candidates are
+//! the latch nodes, sessions those the server lists in `cons`.
+//!
 //! Environment overrides: `PODSWEEP_ZK_CLASSPATH` replaces the class path, `JAVA` the java
 //! binary. `PODSWEEP_ZK_LOG=1` keeps ZooKeeper's console log in `<data dir>/zk.log` (one per
 //! ensemble member).
@@ -19,11 +22,18 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use podsweep::config::ZkSettings;
+use podsweep::election::zookeeper::ZooKeeperBackend;
+use podsweep::election::Backend;
+use podsweep::scope::Scope;
 use tempfile::TempDir;
 use zookeeper_client::{Client, Error as ZkError};
+
+use super::election::{Candidate, ElectionServer, NAMESPACE};
 
 /// How long `start` and `restart` wait for the server to serve requests.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -478,7 +488,11 @@ pub async fn inspector(addr: &str) -> Client {
 
 /// The latch nodes of `dir`, in sequence order, read with a separate client.
 pub async fn latch_nodes(addr: &str, dir: &str) -> Vec<LatchNode> {
-    let client = inspector(addr).await;
+    latch_nodes_with(&inspector(addr).await, dir).await
+}
+
+/// The latch nodes of `dir`, in sequence order, read with `client`.
+pub async fn latch_nodes_with(client: &Client, dir: &str) -> Vec<LatchNode> {
     let names = match client.list_children(dir).await {
         Ok(names) => names,
         Err(ZkError::NoNode) => Vec::new(),
@@ -513,6 +527,94 @@ pub async fn wait_contenders(addr: &str, dir: &str, n: usize) -> Vec<LatchNode> 
             "expected {n} latch nodes in {dir}, got {nodes:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The election suite's server
+// ---------------------------------------------------------------------------------------------
+
+/// The settings of the election suite's backends: [`NAMESPACE`], session timeout `session`.
+pub fn election_settings(addr: &str, session: Duration) -> ZkSettings {
+    ZkSettings {
+        addresses: addr.to_owned(),
+        namespace: NAMESPACE.to_owned(),
+        session_timeout: session,
+        connection_timeout: Duration::from_millis(15_000),
+        ..ZkSettings::default()
+    }
+}
+
+/// The latch directory of `scope` in [`NAMESPACE`].
+pub fn latch_dir(scope: &Scope) -> String {
+    ZooKeeperBackend::new(election_settings("unused:1", Duration::from_secs(1))).latch_dir(scope)
+}
+
+impl ElectionServer for ZkServer {
+    const SESSION: &'static str = "session";
+    const UNREACHABLE: &'static str = "cannot connect";
+    const HANDOFF: Duration = Duration::from_secs(5);
+    const FAILOVER_SLACK: Duration = Duration::from_secs(5);
+
+    fn start() -> Self {
+        ZkServer::start_with(ZkOptions::default())
+    }
+
+    fn address(&self) -> String {
+        self.addr()
+    }
+
+    fn address_on(port: u16) -> String {
+        format!("127.0.0.1:{port}")
+    }
+
+    fn backend(address: &str, timeout: Duration) -> Arc<dyn Backend> {
+        Arc::new(ZooKeeperBackend::new(election_settings(address, timeout)))
+    }
+
+    async fn candidates(&self, scope: &Scope) -> Vec<Candidate> {
+        latch_nodes(&self.addr(), &latch_dir(scope))
+            .await
+            .into_iter()
+            .map(|n| Candidate {
+                key: n.name,
+                identity: n.identity,
+                owner: n.owner,
+            })
+            .collect()
+    }
+
+    /// The children of the latch root.
+    async fn scope_names(&self) -> Vec<String> {
+        let root = format!("/{NAMESPACE}-podsweep/latches");
+        let inspect = inspector(&self.addr()).await;
+        let mut scopes = inspect.list_children(&root).await.expect("root exists");
+        scopes.sort();
+        scopes
+    }
+
+    /// The sessions of the server's connections (`cons`).
+    async fn sessions(&self) -> Vec<i64> {
+        let sids = sessions_served(self.port).unwrap_or_default();
+        let mut ids: Vec<i64> = sids
+            .iter()
+            .map(|sid| {
+                u64::from_str_radix(sid.trim_start_matches("0x"), 16)
+                    .unwrap_or_else(|e| panic!("session id {sid}: {e}")) as i64
+            })
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Curator's LeaderLatch layout: `_c_<uuid>-latch-<seq>`, data = participant id.
+    fn check_keys(found: &[Candidate]) {
+        assert!(
+            found
+                .iter()
+                .all(|n| n.key.starts_with("_c_") && n.key.contains("-latch-")),
+            "{found:?}"
+        );
     }
 }
 

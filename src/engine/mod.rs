@@ -1,5 +1,9 @@
 //! One podsweep instance per Kyuubi server: scopes, their elections and sweepers, on one runtime.
 //!
+//! This module holds the scopes' lifecycle (building the engine, resolving and admitting scopes,
+//! starting, releasing and closing their tasks, taking events); `status` holds what the engine
+//! reports (leadership, the JSON status of one scope or all).
+//!
 //! # Guarantees
 //! * [`Engine::observe`] never blocks on the network: it validates, looks the scope up (creating
 //!   its task on first use) and queues the event.
@@ -41,21 +45,22 @@ use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::clock::Clock;
-use crate::config::{keys, CleanupKind, ConfigError, HaSettings, Settings};
+use crate::config::{keys, ConfigError, HaSettings, Settings};
 use crate::deleter::{KubeDeleter, PodDeleter};
 use crate::election::etcd::EtcdBackend;
 use crate::election::local::LocalBackend;
 use crate::election::zookeeper::ZooKeeperBackend;
-use crate::election::{Backend, ElectionHandle, Identity, Leadership};
+use crate::election::{Backend, ElectionHandle, Identity};
 use crate::kube_client;
 use crate::metrics::ScopeMetrics;
-use crate::model::Observation;
-use crate::pause::PauseKind;
+use crate::model::{CleanupKind, Observation};
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
 use crate::tracker::Uid;
 use crate::watch::{self, Watches};
+
+mod status;
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
 
@@ -384,26 +389,10 @@ impl Engine {
             return Ok(());
         }
         let slot = self.slot(self.scope_id(scope)?)?;
-        if !slot.admitted.load(Ordering::Acquire) && !self.admit(&slot)? {
-            return Ok(());
-        }
-        let why: Box<str> = why.chars().take(200).collect::<String>().into();
-        {
-            let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(h) = scopes.get(&slot.key) {
-                let _ = h.tx.send(Command::DueNow(obs, why));
-                return Ok(());
-            }
-        }
-        let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
-        if self.closed.load(Ordering::Acquire) {
-            return Err(EngineError::Closed);
-        }
-        let h = scopes
-            .entry(slot.key.clone())
-            .or_insert_with(|| self.start_scope(slot.scope.clone(), slot.key.clone(), Some(&slot)));
-        let _ = h.tx.send(Command::DueNow(obs, why));
-        Ok(())
+        self.to_task(&slot, move |h| {
+            let why: Box<str> = why.chars().take(200).collect::<String>().into();
+            let _ = h.tx.send(Command::DueNow(obs, why));
+        })
     }
 
     /// Feeds one pod event. Non-blocking.
@@ -591,14 +580,23 @@ impl Engine {
     /// Hands a checked observation of a Kyuubi driver pod to its scope's task (unless the task
     /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
     fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<(), EngineError> {
-        let scope = &slot.scope;
+        self.to_task(slot, |h| send(h, &slot.seen, &head, obs, self.clock.now()))
+    }
+
+    /// Hands something to the task of `slot`'s key (`give`), once the allow lists admit the
+    /// scope, starting the task if none serves the key yet.
+    fn to_task(
+        &self,
+        slot: &Arc<Slot>,
+        give: impl FnOnce(&ScopeHandle),
+    ) -> Result<(), EngineError> {
         if !slot.admitted.load(Ordering::Acquire) && !self.admit(slot)? {
             return Ok(());
         }
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(&slot.key) {
-                send(h, &slot.seen, &head, obs, self.clock.now());
+                give(h);
                 return Ok(());
             }
         }
@@ -609,8 +607,8 @@ impl Engine {
         }
         let h = scopes
             .entry(slot.key.clone())
-            .or_insert_with(|| self.start_scope(scope.clone(), slot.key.clone(), Some(slot)));
-        send(h, &slot.seen, &head, obs, self.clock.now());
+            .or_insert_with(|| self.start_scope(slot.scope.clone(), slot.key.clone(), Some(slot)));
+        give(h);
         Ok(())
     }
 
@@ -700,134 +698,6 @@ impl Engine {
             }
         }
         Ok(())
-    }
-
-    /// This server's leadership of a scope, if the scope is known here.
-    pub fn leadership(&self, scope: &Scope) -> Option<Leadership> {
-        let key = self.known_key(scope)?;
-        let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        scopes.get(&key).map(|h| h.status.borrow().leadership)
-    }
-
-    /// A JSON snapshot of a scope's state and counters (those of the task that serves it, with
-    /// every scope naming the same cluster and namespace).
-    pub fn status_json(&self, scope: &Scope) -> String {
-        let key = self.known_key(scope);
-        let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        let mut v = self.status_value(&scopes, key.as_ref().unwrap_or(scope));
-        if v["known"] == false {
-            v["scope"] = scope.to_string().into();
-            v["context"] = scope.context.clone().into();
-            v["namespace"] = scope.namespace.clone().into();
-            drop(scopes);
-            if let Some(refused) = self.refused_value(scope) {
-                return refused.to_string();
-            }
-        }
-        v.to_string()
-    }
-
-    /// The status of a scope the allow lists refused: unknown, unhealthy, paused for good.
-    fn refused_value(&self, scope: &Scope) -> Option<serde_json::Value> {
-        let refused = self.refused.read().unwrap_or_else(|p| p.into_inner());
-        let (why, since_ms) = refused.get(scope)?;
-        let reason = format!("the scope is refused: {why}; its pods are never tracked");
-        Some(serde_json::json!({
-            "known": false,
-            "leadership": "UNKNOWN",
-            "scope": scope.to_string(),
-            "context": scope.context,
-            "namespace": scope.namespace,
-            "refused": true,
-            "healthy": false,
-            "health_reason": reason,
-            "health_reasons": [reason],
-            "paused": true,
-            "pause_reason": PauseKind::Refused.as_str(),
-            "paused_until_ms": null,
-            "pause_ms": crate::metrics::epoch_ms().saturating_sub(*since_ms),
-            "pause_detail": why,
-            "pauses": [{
-                "reason": PauseKind::Refused.as_str(),
-                "detail": why,
-                "since_ms": since_ms,
-                "until_ms": null,
-                "pause_ms": crate::metrics::epoch_ms().saturating_sub(*since_ms),
-                "unhealthy": true,
-            }],
-            "backend": self.backend.name(),
-            "server_id": self.server_id(),
-        }))
-    }
-
-    /// The status of every scope of the configuration the allow lists refused (self-watch
-    /// mode; JNI mode's refused scopes are not listed), sorted by scope.
-    pub fn refused_configured(&self) -> Vec<serde_json::Value> {
-        let Some(w) = &self.settings.watch else {
-            return Vec::new();
-        };
-        let mut scopes: Vec<&Scope> = w.scopes.iter().collect();
-        scopes.sort();
-        scopes.dedup();
-        scopes
-            .into_iter()
-            .filter_map(|s| self.refused_value(s))
-            .collect()
-    }
-
-    /// A JSON array with the snapshot of every scope task this server runs, sorted by scope.
-    pub fn status_all_json(&self) -> String {
-        let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        let mut keys: Vec<&Scope> = scopes.keys().collect();
-        keys.sort_by(|a, b| scopes[*a].scope.cmp(&scopes[*b].scope));
-        serde_json::Value::Array(
-            keys.into_iter()
-                .map(|s| self.status_value(&scopes, s))
-                .collect(),
-        )
-        .to_string()
-    }
-
-    /// The status of the task of `key`: its scope (the first that named the key), and the key
-    /// itself as `election_scope`.
-    fn status_value(&self, scopes: &HashMap<Scope, ScopeHandle>, key: &Scope) -> serde_json::Value {
-        let scope = scopes.get(key).map_or(key, |h| &h.scope);
-        let mut v = match scopes.get(key) {
-            None => serde_json::json!({ "known": false, "leadership": "UNKNOWN" }),
-            Some(h) => {
-                let st = h.status.borrow().clone();
-                let mut v = h.metrics.snapshot();
-                v["known"] = true.into();
-                v["leadership"] = st.leadership.as_str().into();
-                v["leadership_reason"] = st.reason.into();
-                v["leadership_age_ms"] = (tokio::time::Instant::now()
-                    .duration_since(st.since)
-                    .as_millis() as u64)
-                    .into();
-                // Events the task already knew were answered on the caller's thread
-                // ([`crate::seen`]): `observed` counts them too, `observed_known` them alone.
-                let known = self.answered(key);
-                let reached = v["observed"].as_u64().unwrap_or(0);
-                v["observed"] = (reached + known).into();
-                v["observed_known"] = known.into();
-                v
-            }
-        };
-        if let Some(w) = &self.watches {
-            w.add_status(key, &mut v);
-        } else {
-            v["watching"] = false.into();
-            v["watch_streams"] = 0.into();
-        }
-        v["scope"] = scope.to_string().into();
-        v["context"] = scope.context.clone().into();
-        v["namespace"] = scope.namespace.clone().into();
-        v["election_scope"] = key.to_string().into();
-        v["backend"] = self.backend.name().into();
-        v["server_id"] = self.identity.current().into();
-        v["server_id_confirmed"] = self.identity.is_settled().into();
-        v["log_records_dropped"] = crate::logging::dropped().into();
-        v
     }
 
     /// Stops every scope task and releases leadership; waits at most `timeout`.

@@ -1,0 +1,537 @@
+//! Per-scope records of terminated Kyuubi Spark driver pods, the UIDs already cleaned, the
+//! records' timers and the set of overdue records.
+//!
+//! Pure state: no I/O, no runtime. The sweeper asks [`Tracker::observe`] what an event means,
+//! arms timers here ([`Tracker::arm`]) and takes the expired ones ([`Tracker::take_expired`]).
+//!
+//! This module holds the records and the per-pod state machine (what an observation, a due-now
+//! request, a settled DELETE or a fresh list means for a UID); `timers` holds the queues (the
+//! timers and the overdue set, and the stage moves that keep them).
+//!
+//! # Guarantees
+//! * Only Kyuubi Spark driver pods (both labels) in a terminated state the cleanup kind deletes
+//!   get a record. Running pods cost nothing.
+//! * A DELETE event or a `deletionTimestamp` tombstones the UID: its record is dropped and no later
+//!   event for that UID arms it again (tombstones are kept for `tombstone_ttl`, far longer than
+//!   an informer takes to deliver a pod's last events).
+//! * The first terminal state observed is the one the cleanup kind judges (as in Kyuubi): a UID
+//!   whose first terminal state the kind rejects (e.g. FAILED under COMPLETED) is remembered as
+//!   *spared*, and a later FINISHED of the same UID does not arm it.
+//! * A non-terminal observation (the pod runs again, e.g. after `ImagePullBackOff` mapped to
+//!   FAILED) ends the termination: the record is disarmed and the spared mark dropped, without a
+//!   tombstone, so a later termination is tracked and judged afresh.
+//! * The last time a driver pod was seen in a non-terminal state is kept while the pod lives, and
+//!   its termination is never dated earlier (see [`crate::schedule::anchor`]).
+//! * Times are kept in whole milliseconds, rounded up: a deadline computed from a record is never
+//!   earlier than one computed from the exact times.
+//! * A record has at most one armed timer; arming it again replaces the earlier one, and a record
+//!   that is removed loses its timer. Timers fire in deadline order.
+//! * The oldest overdue record (stage other than `Scheduled`) is found from the overdue set alone
+//!   ([`Tracker::oldest_overdue`], O(log due)), never from a scan of every record.
+//!
+//! # Memory
+//! One tracked pod costs one slab entry (the [`Record`], about 112 bytes, UID and tag inline when
+//! they are UUIDs, the pod name shared with the pods whose names have the same shape around their
+//! tag), a 4-byte index in the UID table and one 16-byte timer entry (see `benches/memory.rs`).
+
+use std::cmp::Reverse;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use hashbrown::HashTable;
+use slab::Slab;
+use tokio::time::Instant;
+
+use crate::ident::Ident;
+use crate::model::{AppState, CleanupKind, Observation};
+
+mod timers;
+
+/// A pod UID as the tracker and the sweeper keep it.
+pub type Uid = Ident;
+
+/// Where a tracked pod is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Waiting for its deadline.
+    Scheduled,
+    /// Deadline passed; waiting for leadership or a free slot.
+    Due,
+    /// A DELETE is in flight.
+    Deleting,
+    /// The last DELETE failed; waiting to retry.
+    Backoff,
+}
+
+/// Wall-clock milliseconds since the epoch, rounded up (0 stands for "none").
+fn ms_ceil(t: SystemTime) -> u64 {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+fn from_ms(ms: u64) -> Option<SystemTime> {
+    (ms != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+}
+
+/// The parts of a pod name around its Kyuubi tag (Kyuubi names driver pods after the tag), shared
+/// by every pod whose name has the same parts.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct NameShape {
+    before: Box<str>,
+    after: Box<str>,
+}
+
+/// A pod name: its shape around the tag, or the name itself when it does not contain the tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PodName {
+    AroundTag(Arc<NameShape>),
+    Plain(Arc<str>),
+}
+
+/// A terminated driver pod podsweep will delete when due.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub uid: Uid,
+    pub tag: Ident,
+    name: PodName,
+    /// Wall ms (rounded up); 0: none.
+    terminated_at: u64,
+    first_seen: u64,
+    seen_running: u64,
+    /// The armed timer, in ms on the tracker's timer clock; 0: none.
+    timer_at: u64,
+    /// Wall ms of the deadline while the record is overdue (in the overdue set); 0: not overdue.
+    overdue_since: u64,
+    /// Failed DELETE attempts so far.
+    pub attempts: u32,
+    pub state: AppState,
+    /// Changed only through [`Tracker::set_stage`] / [`Tracker::set_due`], which keep the
+    /// per-stage counts and the overdue set.
+    pub stage: Stage,
+    /// Kyuubi asked for the pod to be deleted at once ([`Tracker::due_now`]: the pod of a
+    /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
+    /// and the cleanup kind, and never disarmed by a later running state.
+    pub immediate: bool,
+}
+
+impl Record {
+    /// The pod's name.
+    pub fn name(&self) -> String {
+        match &self.name {
+            PodName::Plain(n) => n.to_string(),
+            PodName::AroundTag(s) => format!("{}{}{}", s.before, self.tag, s.after),
+        }
+    }
+
+    /// When the pod terminated, as the pod says.
+    pub fn terminated_at(&self) -> Option<SystemTime> {
+        from_ms(self.terminated_at)
+    }
+
+    /// When podsweep first saw the pod terminated.
+    pub fn first_seen(&self) -> SystemTime {
+        from_ms(self.first_seen).unwrap_or(SystemTime::UNIX_EPOCH)
+    }
+
+    /// The last time the pod was seen in a non-terminal state, if it was.
+    pub fn seen_running(&self) -> Option<SystemTime> {
+        from_ms(self.seen_running)
+    }
+}
+
+/// What an observation means for the schedule.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing to do.
+    Ignore,
+    /// A new record: arm its timer.
+    Arm,
+    /// The deadline of an existing record moved (a termination time arrived): re-arm.
+    Rearm,
+    /// The pod is cleaned: cancel whatever was pending for it (the record is gone).
+    Cancel(Record),
+    /// The pod is not terminated any more: cancel whatever was pending for it (the record is
+    /// gone, without a tombstone: it may terminate again).
+    Disarm(Record),
+    /// Kyuubi asked for the pod to be deleted at once: its record is due now.
+    DueNow,
+}
+
+pub struct Tracker {
+    /// The records; a record's slab key is its slot.
+    records: Slab<Record>,
+    /// Slots by UID (hashes from `hasher`).
+    index: HashTable<u32>,
+    hasher: RandomState,
+    /// Timers: (ms on the timer clock, slot), earliest first. An entry whose record is gone or
+    /// whose record's `timer_at` differs is stale and skipped.
+    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Records with a timer armed.
+    armed: usize,
+    /// The timer clock's zero.
+    base: Instant,
+    /// Overdue records: (deadline wall ms, slot).
+    overdue: BTreeSet<(u64, u32)>,
+    shapes: HashSet<Arc<NameShape>>,
+    /// The size of `shapes` after its last pruning.
+    shapes_kept: usize,
+    /// UIDs whose first terminal state the cleanup kind rejected.
+    spared: HashSet<Uid>,
+    /// Driver pods seen in a non-terminal state, and when last.
+    running: HashMap<Uid, SystemTime>,
+    /// Records per stage, indexed by `Stage as usize`.
+    counts: [usize; 4],
+    tombstones: HashMap<Uid, Instant>,
+    tombstone_order: VecDeque<(Instant, Uid)>,
+    tombstone_ttl: Duration,
+}
+
+impl Tracker {
+    pub fn new(tombstone_ttl: Duration) -> Self {
+        Tracker {
+            records: Slab::new(),
+            index: HashTable::new(),
+            hasher: RandomState::new(),
+            timers: BinaryHeap::new(),
+            armed: 0,
+            base: Instant::now(),
+            overdue: BTreeSet::new(),
+            shapes: HashSet::new(),
+            shapes_kept: 0,
+            spared: HashSet::new(),
+            running: HashMap::new(),
+            counts: [0; 4],
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
+            tombstone_ttl,
+        }
+    }
+
+    fn slot(&self, uid: &Uid) -> Option<u32> {
+        let hash = self.hasher.hash_one(uid);
+        let records = &self.records;
+        self.index
+            .find(hash, |&s| {
+                records.get(s as usize).is_some_and(|r| r.uid == *uid)
+            })
+            .copied()
+    }
+
+    fn insert(&mut self, rec: Record) {
+        let hash = self.hasher.hash_one(&rec.uid);
+        let slot = self.records.insert(rec) as u32;
+        let (records, hasher) = (&self.records, &self.hasher);
+        self.index.insert_unique(hash, slot, |&s| {
+            records
+                .get(s as usize)
+                .map_or(0, |r| hasher.hash_one(&r.uid))
+        });
+    }
+
+    fn shape(&mut self, tag: &str, name: &str) -> PodName {
+        let Some(at) = (!tag.is_empty()).then(|| name.find(tag)).flatten() else {
+            return PodName::Plain(Arc::from(name));
+        };
+        let probe = NameShape {
+            before: name[..at].into(),
+            after: name[at + tag.len()..].into(),
+        };
+        if let Some(s) = self.shapes.get(&probe) {
+            return PodName::AroundTag(s.clone());
+        }
+        if self.shapes.len() >= 2 * self.shapes_kept + 64 {
+            // Drop the shapes no record uses any more (amortised O(1) per shape).
+            self.shapes.retain(|s| Arc::strong_count(s) > 1);
+            self.shapes_kept = self.shapes.len();
+        }
+        let s = Arc::new(probe);
+        self.shapes.insert(s.clone());
+        PodName::AroundTag(s)
+    }
+
+    /// A new record for `uid`, `Scheduled`, from what `obs` says of the pod.
+    fn add(
+        &mut self,
+        uid: &Uid,
+        obs: &Observation,
+        now_wall: SystemTime,
+        seen_running: Option<SystemTime>,
+        immediate: bool,
+    ) {
+        self.counts[Stage::Scheduled as usize] += 1;
+        let name = self.shape(&obs.tag, &obs.pod_name);
+        self.insert(Record {
+            uid: uid.clone(),
+            tag: Ident::new(&obs.tag),
+            name,
+            state: obs.state,
+            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
+            first_seen: ms_ceil(now_wall),
+            seen_running: seen_running.map_or(0, ms_ceil),
+            timer_at: 0,
+            overdue_since: 0,
+            stage: Stage::Scheduled,
+            attempts: 0,
+            immediate,
+        });
+    }
+
+    /// Applies one observation. `uid` must be `obs.pod_uid` as a [`Uid`].
+    pub fn observe(
+        &mut self,
+        uid: &Uid,
+        obs: &Observation,
+        kind: CleanupKind,
+        now_wall: SystemTime,
+        now: Instant,
+    ) -> Verdict {
+        self.prune(now);
+        if self.tombstones.contains_key(uid) {
+            return Verdict::Ignore;
+        }
+        if obs.is_cleaned() {
+            self.tombstone(uid.clone(), now);
+            self.spared.remove(uid);
+            self.running.remove(uid);
+            return match self.remove(uid) {
+                Some(r) => Verdict::Cancel(r),
+                None => Verdict::Ignore,
+            };
+        }
+        if !obs.is_kyuubi_driver() {
+            return Verdict::Ignore;
+        }
+        if !obs.state.is_terminated() {
+            if self
+                .slot(uid)
+                .is_some_and(|s| self.records[s as usize].immediate)
+            {
+                // Deleted at once whatever its state: a pod of a canceled batch runs.
+                return Verdict::Ignore;
+            }
+            self.spared.remove(uid);
+            self.running.insert(uid.clone(), now_wall);
+            return match self.remove(uid) {
+                Some(r) => Verdict::Disarm(r),
+                None => Verdict::Ignore,
+            };
+        }
+        let seen_running = self.running.remove(uid);
+        if self.spared.contains(uid) {
+            // The first terminal state decided: the kind does not delete this pod.
+            return Verdict::Ignore;
+        }
+        if let Some(slot) = self.slot(uid) {
+            let rec = &mut self.records[slot as usize];
+            if rec.terminated_at == 0 {
+                if let Some(t) = obs.terminated_at {
+                    rec.terminated_at = ms_ceil(t);
+                    return Verdict::Rearm;
+                }
+            }
+            return Verdict::Ignore;
+        }
+        if !obs.state.cleaned_by(kind) {
+            if kind != CleanupKind::None {
+                self.spared.insert(uid.clone());
+            }
+            return Verdict::Ignore;
+        }
+        self.add(uid, obs, now_wall, seen_running, false);
+        Verdict::Arm
+    }
+
+    /// Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an orphan
+    /// pod): whatever its state and the cleanup kind, its record is due now (an existing record
+    /// becomes so), and a later running state does not disarm it. A pod already cleaned (a
+    /// tombstone, a DELETE event, a `deletionTimestamp`) is not armed; a pod that is no Kyuubi
+    /// driver pod is ignored. `uid` must be `obs.pod_uid` as a [`Uid`].
+    pub fn due_now(
+        &mut self,
+        uid: &Uid,
+        obs: &Observation,
+        now_wall: SystemTime,
+        now: Instant,
+    ) -> Verdict {
+        if obs.is_cleaned() || !obs.is_kyuubi_driver() {
+            return self.observe(uid, obs, CleanupKind::None, now_wall, now);
+        }
+        self.prune(now);
+        if self.tombstones.contains_key(uid) {
+            return Verdict::Ignore;
+        }
+        self.spared.remove(uid);
+        let seen_running = self.running.remove(uid);
+        if let Some(slot) = self.slot(uid) {
+            self.records[slot as usize].immediate = true;
+            return Verdict::DueNow;
+        }
+        self.add(uid, obs, now_wall, seen_running, true);
+        Verdict::DueNow
+    }
+
+    /// A driver pod was seen in a non-terminal state at `at` by events answered on the caller's
+    /// thread ([`crate::seen`]): its time last seen running moves up to `at`, as if they had come
+    /// here. Only a pod already remembered as running is concerned.
+    pub fn saw_running(&mut self, uid: &Uid, at: SystemTime) {
+        if let Some(t) = self.running.get_mut(uid) {
+            *t = (*t).max(at);
+        }
+    }
+
+    /// Marks a UID done after a DELETE settled it (accepted, absent, or replaced).
+    pub fn settle(&mut self, uid: &Uid, now: Instant) -> Option<Record> {
+        self.tombstone(uid.clone(), now);
+        self.remove(uid)
+    }
+
+    fn remove(&mut self, uid: &Uid) -> Option<Record> {
+        let hash = self.hasher.hash_one(uid);
+        let records = &self.records;
+        let entry = self
+            .index
+            .find_entry(hash, |&s| {
+                records.get(s as usize).is_some_and(|r| r.uid == *uid)
+            })
+            .ok()?;
+        let (slot, _) = entry.remove();
+        let rec = self.records.remove(slot as usize);
+        self.counts[rec.stage as usize] -= 1;
+        if rec.timer_at != 0 {
+            self.armed -= 1;
+        }
+        if rec.overdue_since != 0 {
+            self.overdue.remove(&(rec.overdue_since, slot));
+        }
+        self.compact_timers();
+        Some(rec)
+    }
+
+    /// How many records are in `stage` (O(1)).
+    pub fn count(&self, stage: Stage) -> usize {
+        self.counts[stage as usize]
+    }
+
+    /// UIDs spared by the cleanup kind (their first terminal state is not deleted).
+    pub fn spared_count(&self) -> usize {
+        self.spared.len()
+    }
+
+    /// Driver pods seen in a non-terminal state and not gone yet.
+    pub fn running_count(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Nothing tracked: no record, no spared or running UID, and no tombstone younger than its
+    /// TTL.
+    pub fn is_idle(&mut self, now: Instant) -> bool {
+        self.prune(now);
+        self.records.is_empty()
+            && self.spared.is_empty()
+            && self.running.is_empty()
+            && self.tombstones.is_empty()
+    }
+
+    /// When the youngest tombstone expires, if there is one.
+    pub fn tombstones_expire_at(&self) -> Option<Instant> {
+        self.tombstone_order
+            .back()
+            .map(|(at, _)| *at + self.tombstone_ttl)
+    }
+
+    pub fn get(&self, uid: &Uid) -> Option<&Record> {
+        self.slot(uid).map(|s| &self.records[s as usize])
+    }
+
+    /// Counts a failed DELETE attempt of a record; returns the attempts so far.
+    pub fn add_attempt(&mut self, uid: &Uid) -> Option<u32> {
+        let slot = self.slot(uid)?;
+        let rec = &mut self.records[slot as usize];
+        rec.attempts = rec.attempts.saturating_add(1);
+        Some(rec.attempts)
+    }
+
+    pub fn is_tombstoned(&self, uid: &Uid) -> bool {
+        self.tombstones.contains_key(uid)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Uid, &Record)> {
+        self.records.iter().map(|(_, r)| (&r.uid, r))
+    }
+
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    pub fn tombstone_count(&self) -> usize {
+        self.tombstones.len()
+    }
+
+    /// Self-watch mode, the watch stopped: drops every record and every spared or running UID
+    /// (nobody keeps them fresh now); tombstones stay. Returns the dropped records.
+    pub fn drop_unwatched(&mut self) -> Vec<(Uid, Record)> {
+        self.spared.clear();
+        self.running.clear();
+        self.counts = [0; 4];
+        self.index.clear();
+        self.timers.clear();
+        self.armed = 0;
+        self.overdue.clear();
+        let records = std::mem::take(&mut self.records);
+        records
+            .into_iter()
+            .map(|(_, mut r)| {
+                r.timer_at = 0;
+                r.overdue_since = 0;
+                (r.uid.clone(), r)
+            })
+            .collect()
+    }
+
+    /// Self-watch mode, a fresh list ended: every tracked UID absent from `listed` belongs to a
+    /// pod that is gone, so it is tombstoned and its record (if any) returned.
+    pub fn retain_listed(&mut self, listed: &HashSet<Uid>, now: Instant) -> Vec<(Uid, Record)> {
+        self.spared.retain(|u| listed.contains(u));
+        self.running.retain(|u, _| listed.contains(u));
+        let gone: Vec<Uid> = self
+            .records
+            .iter()
+            .filter(|(_, r)| !listed.contains(&r.uid))
+            .map(|(_, r)| r.uid.clone())
+            .collect();
+        gone.into_iter()
+            .filter_map(|u| {
+                self.tombstone(u.clone(), now);
+                self.remove(&u).map(|r| (u, r))
+            })
+            .collect()
+    }
+
+    fn tombstone(&mut self, uid: Uid, now: Instant) {
+        if self.tombstones.insert(uid.clone(), now).is_none() {
+            self.tombstone_order.push_back((now, uid));
+        }
+    }
+
+    fn prune(&mut self, now: Instant) {
+        while let Some((at, _)) = self.tombstone_order.front() {
+            if now.saturating_duration_since(*at) < self.tombstone_ttl {
+                break;
+            }
+            if let Some((_, uid)) = self.tombstone_order.pop_front() {
+                self.tombstones.remove(&uid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

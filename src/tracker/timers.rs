@@ -1,0 +1,158 @@
+//! The tracker's queues: the records' timers (a heap of deadlines on the tracker's own millisecond
+//! clock, stale entries skipped and compacted) and the overdue set (records past their deadline,
+//! ordered by it), with the stage moves that keep the set and the per-stage counts.
+//!
+//! What an event means for a pod (the per-pod state machine) is in the parent module.
+
+use std::cmp::Reverse;
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
+
+use super::{from_ms, ms_ceil, Stage, Tracker, Uid};
+
+impl Tracker {
+    /// Moves a record to `stage`; false if there is no record for `uid`. A record that leaves
+    /// `Scheduled` this way is overdue since now; [`Tracker::set_due`] gives its deadline.
+    pub fn set_stage(&mut self, uid: &Uid, stage: Stage) -> bool {
+        self.move_to(uid, stage, None)
+    }
+
+    /// Moves a record to `Due`, overdue since `deadline` (kept while it stays overdue).
+    pub fn set_due(&mut self, uid: &Uid, deadline: SystemTime) -> bool {
+        self.move_to(uid, Stage::Due, Some(deadline))
+    }
+
+    fn move_to(&mut self, uid: &Uid, stage: Stage, deadline: Option<SystemTime>) -> bool {
+        let Some(slot) = self.slot(uid) else {
+            return false;
+        };
+        let rec = &mut self.records[slot as usize];
+        self.counts[rec.stage as usize] -= 1;
+        self.counts[stage as usize] += 1;
+        rec.stage = stage;
+        if stage == Stage::Scheduled {
+            if rec.overdue_since != 0 {
+                self.overdue.remove(&(rec.overdue_since, slot));
+                rec.overdue_since = 0;
+            }
+        } else if rec.overdue_since == 0 {
+            rec.overdue_since = ms_ceil(deadline.unwrap_or_else(SystemTime::now));
+            self.overdue.insert((rec.overdue_since, slot));
+        }
+        true
+    }
+
+    /// The deadline of the record that has been overdue longest (O(log due)).
+    pub fn oldest_overdue(&self) -> Option<SystemTime> {
+        self.overdue.first().and_then(|(ms, _)| from_ms(*ms))
+    }
+
+    /// How many records are overdue (stage other than `Scheduled`).
+    pub fn overdue_count(&self) -> usize {
+        self.overdue.len()
+    }
+
+    fn timer_ms(&self, at: Instant) -> u64 {
+        let d = at.saturating_duration_since(self.base);
+        let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+        // 0 means "no timer": the earliest timer is at 1 ms.
+        u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Arms (or re-arms) the record's timer for `at` (rounded up to the millisecond); false if
+    /// there is no record for `uid`.
+    pub fn arm(&mut self, uid: &Uid, at: Instant) -> bool {
+        let Some(slot) = self.slot(uid) else {
+            return false;
+        };
+        let ms = self.timer_ms(at);
+        let rec = &mut self.records[slot as usize];
+        if rec.timer_at == ms {
+            return true;
+        }
+        if rec.timer_at == 0 {
+            self.armed += 1;
+        }
+        rec.timer_at = ms;
+        self.timers.push(Reverse((ms, slot)));
+        self.compact_timers();
+        true
+    }
+
+    /// Disarms the record's timer, if it has one.
+    pub fn disarm(&mut self, uid: &Uid) {
+        if let Some(slot) = self.slot(uid) {
+            let rec = &mut self.records[slot as usize];
+            if rec.timer_at != 0 {
+                rec.timer_at = 0;
+                self.armed -= 1;
+                self.compact_timers();
+            }
+        }
+    }
+
+    /// Disarms every timer.
+    pub fn disarm_all(&mut self) {
+        for (_, rec) in self.records.iter_mut() {
+            rec.timer_at = 0;
+        }
+        self.timers.clear();
+        self.armed = 0;
+    }
+
+    /// How many records have a timer armed.
+    pub fn armed(&self) -> usize {
+        self.armed
+    }
+
+    fn is_live(&self, ms: u64, slot: u32) -> bool {
+        self.records
+            .get(slot as usize)
+            .is_some_and(|r| r.timer_at == ms)
+    }
+
+    /// When the earliest armed timer fires, if one is armed.
+    pub fn next_timer(&mut self) -> Option<Instant> {
+        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+            if self.is_live(ms, slot) {
+                return Some(self.base + Duration::from_millis(ms));
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// The UID of a record whose timer has fired by `now` (earliest first), its timer disarmed.
+    pub fn take_expired(&mut self, now: Instant) -> Option<Uid> {
+        let now_ms =
+            u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
+        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+            if !self.is_live(ms, slot) {
+                self.timers.pop();
+                continue;
+            }
+            if ms > now_ms {
+                return None;
+            }
+            self.timers.pop();
+            let rec = &mut self.records[slot as usize];
+            rec.timer_at = 0;
+            self.armed -= 1;
+            return Some(rec.uid.clone());
+        }
+        None
+    }
+
+    /// Drops stale timer entries once they outnumber the live ones (amortised O(1) per entry).
+    pub(super) fn compact_timers(&mut self) {
+        if self.timers.len() > 2 * self.armed + 64 {
+            let records = &self.records;
+            self.timers.retain(|Reverse((ms, slot))| {
+                records
+                    .get(*slot as usize)
+                    .is_some_and(|r| r.timer_at == *ms)
+            });
+        }
+    }
+}
