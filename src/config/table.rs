@@ -724,15 +724,16 @@ mod tests {
     }
 
     #[test]
-    fn every_documented_key_is_in_the_readme() {
-        let readme = std::fs::read_to_string(repo("README.md")).expect("README.md");
+    fn every_documented_key_is_in_the_configuration_guide() {
+        let guide =
+            std::fs::read_to_string(repo("docs/configuration.md")).expect("docs/configuration.md");
         for k in KEYS.iter().filter(|k| !k.internal) {
             let short = k
                 .key
                 .trim_start_matches("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.");
             assert!(
-                readme.contains(&format!("`{short}`")) || readme.contains(k.key),
-                "README.md does not mention {}",
+                guide.contains(&format!("`{short}`")) || guide.contains(k.key),
+                "docs/configuration.md does not mention {}",
                 k.key
             );
         }
