@@ -3,8 +3,11 @@
 //!
 //! Each server is this executable run again with [`CHILD_ENV`] set (call [`child_main`] first
 //! thing in `main`). A server builds its engine as a Kyuubi server does (`Engine::new` from
-//! Kyuubi's keys), so its DELETEs are real HTTP requests to its own listener of the shared
-//! [`PodsApi`] (tagged `server-<id>`: every request is attributed to its sender). Its stdin
+//! Kyuubi's keys), so its DELETEs are real HTTP requests to the shared [`PodsApi`]. Every server
+//! of a fleet talks to the same API server URL, so a scope resolves to one cluster and one
+//! election key for all of them, as in production; each sends a bearer token of its own
+//! ([`PodsApi::token`], tag `server-<id>`), by which the API attributes every request to its sender
+//! and applies per-server faults ([`PodsApi::hold_deletes`], [`PodsApi::cut`]). Its stdin
 //! carries the informer's events (`POD <name> <uid> <deadline_ms> <namespace>`, `RUN <name> <uid>
 //! <namespace>`, `GONE <name>`); its stdout reports its leadership of each scope it has seen a pod
 //! in (`STATE <namespace> <LEADING|FOLLOWING|PAUSED|NO_QUORUM|NONE>`). The fleet's scope is its
@@ -238,36 +241,24 @@ impl Fleet {
 
     /// Starts a server with the fleet's HA keys; returns its id.
     pub fn spawn(&self) -> usize {
-        self.spawn_with(self.ha_conf.clone(), None)
+        self.spawn_with(self.ha_conf.clone())
     }
 
-    /// Starts a server with its own HA keys (e.g. through a proxy) and, when given, its own API
-    /// address (e.g. a proxy in front of its listener, whose address is passed to `api_url`).
-    pub fn spawn_with(
-        &self,
-        ha_conf: Vec<(String, String)>,
-        api_url: Option<&dyn Fn(&str) -> String>,
-    ) -> usize {
-        self.spawn_full(ha_conf, api_url, &[])
+    /// Starts a server with its own HA keys (e.g. through a proxy).
+    pub fn spawn_with(&self, ha_conf: Vec<(String, String)>) -> usize {
+        self.spawn_full(ha_conf, &[])
     }
 
     /// [`Fleet::spawn_with`] with more environment for the process (e.g. `KRB5CCNAME`).
-    pub fn spawn_full(
-        &self,
-        ha_conf: Vec<(String, String)>,
-        api_url: Option<&dyn Fn(&str) -> String>,
-        env: &[(String, String)],
-    ) -> usize {
+    ///
+    /// Every server gets the fleet's API server URL (one cluster: one election per scope) and a
+    /// bearer token of its own, which tells its requests apart ([`Fleet::tag`]).
+    pub fn spawn_full(&self, ha_conf: Vec<(String, String)>, env: &[(String, String)]) -> usize {
         let id = lock(&self.world).servers.len();
-        let tag = format!("server-{id}");
-        let listener = self.rt.block_on(self.api.listen(&tag));
-        let url = match api_url {
-            Some(f) => f(&listener),
-            None => listener,
-        };
+        let tag = Self::tag(id);
         let mut conf: HashMap<String, String> = ha_conf.into_iter().collect();
-        conf.insert(MASTER.into(), url);
-        conf.insert(TOKEN.into(), "chaos".into());
+        conf.insert(MASTER.into(), self.api.url.clone());
+        conf.insert(TOKEN.into(), self.api.token(&tag));
         conf.insert(keys::CLEANUP_KIND.into(), "ALL".into());
         conf.insert(keys::RETAIN_PERIOD.into(), self.retain_ms.to_string());
         conf.entry(keys::HA_NAMESPACE.into())
@@ -374,7 +365,7 @@ impl Fleet {
         id
     }
 
-    /// The API listener tag of server `id` (`DeleteRecord::via`).
+    /// The API tag of server `id` (`DeleteRecord::via`; its bearer token's, [`PodsApi::token`]).
     pub fn tag(id: usize) -> String {
         format!("server-{id}")
     }
