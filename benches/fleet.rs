@@ -368,7 +368,8 @@ fn duplicates(backend: &'static str, smoke: bool) {
         "leaked": f.leaked,
         "crashes": f.crashes,
         "deadline_to_delete_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": lags.last()},
-                "api": "PodsApi over HTTP (one address, a token per server); informer events from the parent",
+        "two_leaders_max_ms": f.two_leaders_max_ms,
+        "api": "PodsApi over HTTP (one address, a token per server); informer events from the parent",
     });
     common::bench::line("duplicates", line);
 }
