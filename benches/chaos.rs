@@ -593,31 +593,19 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
         hold.as_secs()
     ));
     let ha = Ha::start(backend);
-    // Every server reaches the backend and the API through a proxy of its own.
+    // Every server reaches the backend through a proxy of its own; the API server it shares with
+    // the others cuts it off by its token (`PodsApi::cut`).
     let ha_proxies: Vec<Proxy> = (0..3)
         .map(|_| rt.block_on(Proxy::start(&ha.hostport())))
         .collect();
     let fleet = Arc::new(Fleet::new(rt, &format!("partition-{backend}"), Vec::new()));
     fleet.add_running();
-    let api_proxies: Arc<std::sync::Mutex<Vec<Proxy>>> = Arc::default();
     for p in &ha_proxies {
         let addr = match backend {
             "zookeeper" => p.addr.clone(),
             _ => format!("http://{}", p.addr),
         };
-        let conf = ha_conf(backend, addr);
-        let proxies = api_proxies.clone();
-        let via_proxy = move |listener: &str| -> String {
-            let upstream = listener.trim_start_matches("http://").to_owned();
-            let proxy = rt.block_on(Proxy::start(&upstream));
-            let url = format!("http://{}", proxy.addr);
-            proxies
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(proxy);
-            url
-        };
-        fleet.spawn_with(conf, Some(&via_proxy));
+        fleet.spawn_with(ha_conf(backend, addr));
     }
     let (churn, mut broken) = start_churn(&fleet);
 
@@ -662,9 +650,9 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
         };
         // The API cut alone is no reason to hand over (a leader steps down only after
         // `ha.stepDownAfter`, 2 min, without a completed DELETE).
-        set_api_cut(&api_proxies, leader, true);
+        fleet.api.cut(&Fleet::tag(leader), true);
         sleep(hold);
-        set_api_cut(&api_proxies, leader, false);
+        fleet.api.cut(&Fleet::tag(leader), false);
         let healed = Instant::now();
         let same_leader = fleet.leaders() == vec![leader];
         if same_leader {
@@ -708,11 +696,4 @@ fn partition(rt: &tokio::runtime::Runtime, backend: &str, smoke: bool) -> (Value
         "drain_after_churn_ms": drained.as_millis() as u64,
     });
     finish(&figures, own, broken)
-}
-
-fn set_api_cut(proxies: &std::sync::Mutex<Vec<Proxy>>, server: usize, on: bool) {
-    let proxies = proxies.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = proxies.get(server) {
-        p.blackhole(on);
-    }
 }

@@ -229,15 +229,12 @@ fn fleet_scale(rt: &tokio::runtime::Runtime, backend: &'static str, smoke: bool)
     for i in 0..scopes {
         fleet.add_running_in(&namespace(i));
     }
-    // Every server talks to the API at one address: the cluster, and so the election key, of a
-    // scope is its API server's address (the fleet's default, a listener per server, would give
-    // each server elections of its own).
+    // Every server talks to the fleet's one API address: the cluster, and so the election key,
+    // of a scope is its API server's address.
     let conf: Vec<(String, String)> = server.conf().into_iter().collect();
-    let api_url = fleet.api.url.clone();
-    let same_api = move |_: &str| api_url.clone();
     let t0 = Instant::now();
     for _ in 0..SERVERS {
-        fleet.spawn_with(conf.clone(), Some(&same_api));
+        fleet.spawn_with(conf.clone());
     }
     let all_led_ms = poll_until(Duration::from_secs(180), || {
         leaders_per_scope(&fleet, scopes).iter().all(|&n| n >= 1)

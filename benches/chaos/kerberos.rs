@@ -260,16 +260,16 @@ pub fn run(rt: &tokio::runtime::Runtime, smoke: bool) -> (Value, Vec<String>) {
     let fleet = Arc::new(Fleet::new(rt, "kerberos", conf.clone()));
     fleet.add_running();
     let with_ticket = [
-        fleet.spawn_full(conf.clone(), None, &env),
-        fleet.spawn_full(conf.clone(), None, &env),
+        fleet.spawn_full(conf.clone(), &env),
+        fleet.spawn_full(conf.clone(), &env),
     ];
-    let without = fleet.spawn_full(conf, None, &no_ticket_env);
+    let without = fleet.spawn_full(conf, &no_ticket_env);
     // And one without SASL at all: the server must refuse its session.
     let plain_conf = vec![
         (keys::HA_ADDRESSES.to_owned(), zk.addr()),
         (keys::ZK_SESSION_TIMEOUT.into(), "4000".into()),
     ];
-    let plain = fleet.spawn_full(plain_conf, None, &[]);
+    let plain = fleet.spawn_full(plain_conf, &[]);
     let mut broken = Vec::new();
     let elected = fleet.wait_leader(&[], Duration::from_secs(40));
     match elected {

@@ -3,8 +3,11 @@
 //!
 //! Each server is this executable run again with [`CHILD_ENV`] set (call [`child_main`] first
 //! thing in `main`). A server builds its engine as a Kyuubi server does (`Engine::new` from
-//! Kyuubi's keys), so its DELETEs are real HTTP requests to its own listener of the shared
-//! [`PodsApi`] (tagged `server-<id>`: every request is attributed to its sender). Its stdin
+//! Kyuubi's keys), so its DELETEs are real HTTP requests to the shared [`PodsApi`]. Every server
+//! of a fleet talks to the same API server URL, so a scope resolves to one cluster and one
+//! election key for all of them, as in production; each sends a bearer token of its own
+//! ([`PodsApi::token`], tag `server-<id>`), by which the API attributes every request to its sender
+//! and applies per-server faults ([`PodsApi::hold_deletes`], [`PodsApi::cut`]). Its stdin
 //! carries the informer's events (`POD <name> <uid> <deadline_ms> <namespace>`, `RUN <name> <uid>
 //! <namespace>`, `GONE <name>`); its stdout reports its leadership of each scope it has seen a pod
 //! in (`STATE <namespace> <LEADING|FOLLOWING|PAUSED|NO_QUORUM|NONE>`). The fleet's scope is its
@@ -13,7 +16,8 @@
 //!
 //! The parent kills (SIGKILL), freezes (SIGSTOP) and thaws (SIGCONT) servers, adds pods, and at
 //! the end reads the safety figures from the API's records ([`Fleet::figures`]): every DELETE,
-//! who sent it and when it arrived.
+//! who sent it and when it arrived; and from the servers' reports: two servers leading one scope
+//! at once (a frozen or ended server leads nothing) for longer than [`Fleet::failover_window`].
 //!
 //! ```ignore
 //! let fleet = Fleet::new(&rt, "ns", ha_conf);
@@ -97,6 +101,16 @@ struct Pod {
     gone: bool,
 }
 
+/// A stretch of time a server led a scope, and could act on it (not frozen, not ended).
+#[derive(Clone, Debug)]
+struct Span {
+    server: usize,
+    namespace: String,
+    from: Instant,
+    /// `None`: still leading.
+    to: Option<Instant>,
+}
+
 #[derive(Default)]
 struct World {
     servers: Vec<Server>,
@@ -108,9 +122,37 @@ struct World {
     next_pod: u64,
     /// API delete records already turned into `GONE` events.
     seen_deletes: usize,
+    /// Every server's leadership of every scope it reported, over time.
+    spans: Vec<Span>,
 }
 
 impl World {
+    /// Server `id` leads `namespace` from now (if it is not leading it already).
+    fn open_span(&mut self, id: usize, namespace: &str) {
+        let open = self
+            .spans
+            .iter()
+            .any(|s| s.server == id && s.namespace == namespace && s.to.is_none());
+        if !open {
+            self.spans.push(Span {
+                server: id,
+                namespace: namespace.to_owned(),
+                from: Instant::now(),
+                to: None,
+            });
+        }
+    }
+
+    /// Server `id` stops leading `namespace` (every scope when `None`) now.
+    fn close_spans(&mut self, id: usize, namespace: Option<&str>) {
+        let now = Instant::now();
+        for s in self.spans.iter_mut().filter(|s| {
+            s.server == id && s.to.is_none() && namespace.is_none_or(|ns| s.namespace == ns)
+        }) {
+            s.to = Some(now);
+        }
+    }
+
     fn send_all(&mut self, line: &str) {
         for s in self.servers.iter_mut().filter(|s| !s.frozen) {
             if let Some(stdin) = s.stdin.as_mut() {
@@ -133,6 +175,10 @@ pub struct Figures {
     pub crash_notes: Vec<String>,
     /// Each pod deleted twice by one server: its DELETEs and the leadership changes around them.
     pub beyond_bound: Vec<String>,
+    /// The longest time two servers led one scope at once (ms).
+    pub two_leaders_max_ms: u64,
+    /// Each time two servers led one scope at once for longer than the fleet's failover window.
+    pub two_leaders: Vec<String>,
 }
 
 impl Figures {
@@ -146,6 +192,7 @@ impl Figures {
             "leaked": self.leaked,
             "wrongful": self.wrongful,
             "crashes": self.crashes,
+            "two_leaders_max_ms": self.two_leaders_max_ms,
         })
     }
 
@@ -167,6 +214,12 @@ impl Figures {
                 self.beyond_bound
             ));
         }
+        if !self.two_leaders.is_empty() {
+            b.push(format!(
+                "two leaders of one scope at once for longer than a failover window: {:?}",
+                self.two_leaders
+            ));
+        }
         b
     }
 }
@@ -180,6 +233,10 @@ pub struct Fleet {
     /// Servers record their DELETEs instead of sending them (no Kubernetes client is built): for
     /// fleets where only the elections count.
     pub record_deletes: bool,
+    /// How long two servers may both report leading one scope (a leader that lost its lease and
+    /// has not said so yet, and its successor) before [`Fleet::figures`] calls it broken: a
+    /// session / lease timeout and some slack. Two elections for one scope overlap for ever.
+    pub failover_window: Duration,
     ha_conf: Vec<(String, String)>,
     world: Arc<Mutex<World>>,
     rt: tokio::runtime::Handle,
@@ -227,6 +284,7 @@ impl Fleet {
             retain_ms: 1000,
             poll: Duration::from_millis(5),
             record_deletes: false,
+            failover_window: Duration::from_millis(2500),
             ha_conf,
             world,
             rt: rt.handle().clone(),
@@ -238,36 +296,24 @@ impl Fleet {
 
     /// Starts a server with the fleet's HA keys; returns its id.
     pub fn spawn(&self) -> usize {
-        self.spawn_with(self.ha_conf.clone(), None)
+        self.spawn_with(self.ha_conf.clone())
     }
 
-    /// Starts a server with its own HA keys (e.g. through a proxy) and, when given, its own API
-    /// address (e.g. a proxy in front of its listener, whose address is passed to `api_url`).
-    pub fn spawn_with(
-        &self,
-        ha_conf: Vec<(String, String)>,
-        api_url: Option<&dyn Fn(&str) -> String>,
-    ) -> usize {
-        self.spawn_full(ha_conf, api_url, &[])
+    /// Starts a server with its own HA keys (e.g. through a proxy).
+    pub fn spawn_with(&self, ha_conf: Vec<(String, String)>) -> usize {
+        self.spawn_full(ha_conf, &[])
     }
 
     /// [`Fleet::spawn_with`] with more environment for the process (e.g. `KRB5CCNAME`).
-    pub fn spawn_full(
-        &self,
-        ha_conf: Vec<(String, String)>,
-        api_url: Option<&dyn Fn(&str) -> String>,
-        env: &[(String, String)],
-    ) -> usize {
+    ///
+    /// Every server gets the fleet's API server URL (one cluster: one election per scope) and a
+    /// bearer token of its own, which tells its requests apart ([`Fleet::tag`]).
+    pub fn spawn_full(&self, ha_conf: Vec<(String, String)>, env: &[(String, String)]) -> usize {
         let id = lock(&self.world).servers.len();
-        let tag = format!("server-{id}");
-        let listener = self.rt.block_on(self.api.listen(&tag));
-        let url = match api_url {
-            Some(f) => f(&listener),
-            None => listener,
-        };
+        let tag = Self::tag(id);
         let mut conf: HashMap<String, String> = ha_conf.into_iter().collect();
-        conf.insert(MASTER.into(), url);
-        conf.insert(TOKEN.into(), "chaos".into());
+        conf.insert(MASTER.into(), self.api.url.clone());
+        conf.insert(TOKEN.into(), self.api.token(&tag));
         conf.insert(keys::CLEANUP_KIND.into(), "ALL".into());
         conf.insert(keys::RETAIN_PERIOD.into(), self.retain_ms.to_string());
         conf.entry(keys::HA_NAMESPACE.into())
@@ -343,6 +389,7 @@ impl Fleet {
                     .and_then(|rest| rest.split_once(' '))
                 {
                     let s = &mut w.servers[id];
+                    let frozen = s.frozen;
                     if state == "LEADING" {
                         s.leading.insert(ns.to_owned());
                     } else {
@@ -350,6 +397,13 @@ impl Fleet {
                     }
                     if ns == namespace {
                         s.state = state.to_owned();
+                    }
+                    if state != "LEADING" {
+                        w.close_spans(id, Some(ns));
+                    } else if !frozen {
+                        w.open_span(id, ns);
+                    }
+                    if ns == namespace {
                         w.transitions.push(Transition {
                             server: id,
                             state: state.to_owned(),
@@ -361,6 +415,7 @@ impl Fleet {
                 }
             }
             let mut w = lock(&world);
+            w.close_spans(id, None);
             let s = &mut w.servers[id];
             s.state = "NONE".into();
             s.leading.clear();
@@ -374,7 +429,7 @@ impl Fleet {
         id
     }
 
-    /// The API listener tag of server `id` (`DeleteRecord::via`).
+    /// The API tag of server `id` (`DeleteRecord::via`; its bearer token's, [`PodsApi::token`]).
     pub fn tag(id: usize) -> String {
         format!("server-{id}")
     }
@@ -429,6 +484,7 @@ impl Fleet {
     /// SIGKILL, as a crash would. From now on the server leads nothing.
     pub fn kill(&self, id: usize) {
         let mut w = lock(&self.world);
+        w.close_spans(id, None);
         let s = &mut w.servers[id];
         s.ended_by_us = true;
         s.stdin = None;
@@ -449,6 +505,8 @@ impl Fleet {
         if let Some(c) = &s.child {
             super::process::signal(c.id(), "STOP");
             s.frozen = true;
+            // A stopped process acts on nothing: it leads nothing until it runs again.
+            w.close_spans(id, None);
         }
     }
 
@@ -471,9 +529,16 @@ impl Fleet {
         if let Some(c) = &s.child {
             super::process::signal(c.id(), "CONT");
         }
-        s.frozen = false;
+        let was_frozen = std::mem::replace(&mut s.frozen, false);
         if let Some(stdin) = s.stdin.as_mut() {
             let _ = stdin.write_all(relist.as_bytes());
+        }
+        // It leads what it said it led until it says otherwise.
+        if was_frozen {
+            let leading: Vec<String> = s.leading.iter().cloned().collect();
+            for ns in leading {
+                w.open_span(id, &ns);
+            }
         }
     }
 
@@ -619,6 +684,9 @@ impl Fleet {
     /// Ends every server (not counted as crashes) and the informer pump.
     pub fn shutdown(&self) {
         let mut w = lock(&self.world);
+        for id in 0..w.servers.len() {
+            w.close_spans(id, None);
+        }
         for s in w.servers.iter_mut() {
             s.ended_by_us = true;
             s.stdin = None;
@@ -718,6 +786,7 @@ impl Fleet {
                 )
             })
             .collect();
+        let (two_leaders_max_ms, two_leaders) = two_leaders(&w.spans, self.failover_window, t0);
         let pods = w.pods.values().filter(|p| !p.running).count();
         let leaked = w.pods.values().filter(|p| !p.running && !p.gone).count();
         Figures {
@@ -730,8 +799,43 @@ impl Fleet {
             crashes: w.crashes.len(),
             crash_notes: w.crashes.clone(),
             beyond_bound: beyond_detail,
+            two_leaders_max_ms,
+            two_leaders,
         }
     }
+}
+
+/// The longest time two servers led one scope at once (ms, up to now for spans still open), and
+/// each such time longer than `window`, described (times in ms from `t0`).
+fn two_leaders(spans: &[Span], window: Duration, t0: Instant) -> (u64, Vec<String>) {
+    let now = Instant::now();
+    let ms = |i: Instant| i.saturating_duration_since(t0).as_millis() as u64;
+    let mut max = Duration::ZERO;
+    let mut found = Vec::new();
+    for (i, a) in spans.iter().enumerate() {
+        for b in &spans[i + 1..] {
+            if a.server == b.server || a.namespace != b.namespace {
+                continue;
+            }
+            let from = a.from.max(b.from);
+            let to = a.to.unwrap_or(now).min(b.to.unwrap_or(now));
+            let Some(both) = to.checked_duration_since(from) else {
+                continue;
+            };
+            max = max.max(both);
+            if both > window {
+                found.push(format!(
+                    "scope {}: server-{} and server-{} both led for {} ms (from {} ms)",
+                    a.namespace,
+                    a.server,
+                    b.server,
+                    both.as_millis(),
+                    ms(from)
+                ));
+            }
+        }
+    }
+    (max.as_millis() as u64, found)
 }
 
 impl Drop for Fleet {

@@ -1,7 +1,12 @@
 //! A small pods-only Kubernetes API server on loopback, for the self-watch tests: list, HTTP
 //! watch (with `410 Gone` for a resourceVersion older than the last [`PodsApi::compact`]),
 //! DELETE with a UID precondition (404, 409 as a real server answers), and faults: dropped watch
-//! streams and an unavailable server (503 to everything, streams cut).
+//! streams, an unavailable server (503 to everything, streams cut), and one client cut off
+//! ([`PodsApi::cut`]).
+//!
+//! Requests are attributed to their sender by the bearer token it sends ([`PodsApi::token`]), so
+//! every client can use one address (one cluster, as in production) and still be told apart; a
+//! listener of its own ([`PodsApi::listen`]) tags its requests too.
 //!
 //! Pods are kept as JSON; every change gets the next resourceVersion and an event that open
 //! watches of its namespace receive. Every DELETE of a single pod is recorded.
@@ -33,7 +38,8 @@ pub struct DeleteRecord {
     pub name: String,
     pub uid: Option<String>,
     pub status: u16,
-    /// The listener it came through (`""` for the main one; see [`PodsApi::listen`]).
+    /// Its sender: the tag of its bearer token ([`PodsApi::token`]) or of the listener it came
+    /// through ([`PodsApi::listen`]); `""` for neither.
     pub via: String,
     /// When the request arrived (before any hold or delay).
     pub arrived: std::time::Instant,
@@ -42,6 +48,8 @@ pub struct DeleteRecord {
 }
 
 struct Watcher {
+    /// Its sender's tag (see [`DeleteRecord::via`]).
+    via: String,
     user_agent: String,
     namespace: String,
     selector: String,
@@ -56,6 +64,9 @@ struct Store {
     rv: u64,
     compacted: u64,
     watchers: Vec<Watcher>,
+    /// Tags cut from the server: their requests are read and never answered, their streams get
+    /// nothing (see [`PodsApi::cut`]).
+    cut: std::collections::HashSet<String>,
 }
 
 #[derive(Default)]
@@ -70,7 +81,10 @@ struct Shared {
     lists: AtomicU64,
     watches: AtomicU64,
     next_uid: AtomicU64,
-    /// Listener tags whose DELETE answers are held (the request is recorded as it arrives and
+    /// Bearer token -> the tag its requests are recorded with.
+    tokens: Mutex<HashMap<String, String>>,
+    healed: tokio::sync::Notify,
+    /// Sender tags whose DELETE answers are held (the request is recorded as it arrives and
     /// served once the hold is lifted), and how many requests wait now per tag.
     held: Mutex<HashMap<String, usize>>,
     /// Every DELETE as it arrived (status 0: not answered yet when recorded).
@@ -94,7 +108,19 @@ impl Drop for PodsApi {
     }
 }
 
-/// Serves `shared` on `listener`; requests are tagged `via`.
+/// The answer a request cut from the server gets: none, its connection is closed.
+#[derive(Debug)]
+struct Unanswered;
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cut from the API server: closed without an answer")
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// Serves `shared` on `listener`; requests are tagged `via` (when empty: by their bearer token).
 fn serve(listener: TcpListener, s: Arc<Shared>, via: String) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -105,7 +131,7 @@ fn serve(listener: TcpListener, s: Arc<Shared>, via: String) -> tokio::task::Joi
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
                     let (s, via) = (s.clone(), via.clone());
-                    async move { Ok::<_, Infallible>(handle(&s, req, &via).await) }
+                    async move { handle(&s, req, &via).await }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), svc)
@@ -130,7 +156,10 @@ impl PodsApi {
     }
 
     /// Another address for the same pods (a server of its own: one client per listener), whose
-    /// requests are recorded with `via = tag`. Call on the runtime that serves the API.
+    /// requests are recorded with `via = tag`. Call on the runtime that serves the API. A client
+    /// of its own address is a cluster of its own to podsweep (the election key of a scope is its
+    /// API server's URL): to tell the servers of one fleet apart, give each a
+    /// [`PodsApi::token`] instead.
     pub async fn listen(&self, tag: &str) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
@@ -142,7 +171,40 @@ impl PodsApi {
         url
     }
 
-    /// While on, DELETEs through listener `tag` are recorded as they arrive but answered only
+    /// A bearer token whose requests (on any address of this server) are recorded with
+    /// `via = tag`, and are subject to the faults of `tag` ([`PodsApi::hold_deletes`],
+    /// [`PodsApi::cut`]). The same tag gives the same token.
+    pub fn token(&self, tag: &str) -> String {
+        let token = format!("podsweep-test-{tag}");
+        self.shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.clone(), tag.to_owned());
+        token
+    }
+
+    /// Cuts the sender `tag` from the server, or heals the cut: while cut, its requests are read
+    /// and never answered (their connections held open, as across a black-holed network) and its
+    /// watch streams get no events; when healed, those connections and streams are closed without
+    /// an answer. A cut request is not recorded (it never reached the server) and changes nothing.
+    pub fn cut(&self, tag: &str, on: bool) {
+        let mut st = self.shared.store.lock().unwrap();
+        if on {
+            st.cut.insert(tag.to_owned());
+        } else if st.cut.remove(tag) {
+            st.watchers.retain(|w| w.via != tag);
+            drop(st);
+            self.shared.healed.notify_waiters();
+        }
+    }
+
+    /// Whether `tag` is cut from the server now.
+    pub fn is_cut(&self, tag: &str) -> bool {
+        is_cut(&self.shared, tag)
+    }
+
+    /// While on, DELETEs from `tag` are recorded as they arrive but answered only
     /// once the hold is lifted (a leader whose DELETE is in flight).
     pub fn hold_deletes(&self, tag: &str, on: bool) {
         let mut tags = self
@@ -158,7 +220,7 @@ impl PodsApi {
         }
     }
 
-    /// DELETEs through listener `tag` waiting for their answer now.
+    /// DELETEs from `tag` waiting for their answer now.
     pub fn held(&self, tag: &str) -> usize {
         let held = self.shared.held.lock().unwrap_or_else(|p| p.into_inner());
         held.get(tag).copied().unwrap_or(0)
@@ -343,7 +405,7 @@ fn emit(st: &mut Store, ns: &str, event: Value) {
     let rv = st.rv;
     let line = line(&event);
     st.watchers.retain(|w| {
-        if w.namespace != ns || !matches(&w.selector, &event["object"]) {
+        if w.namespace != ns || !matches(&w.selector, &event["object"]) || st.cut.contains(&w.via) {
             return true;
         }
         w.tx.send(line.clone()).is_ok()
@@ -382,9 +444,38 @@ fn status(code: u16, reason: &str, message: &str) -> Value {
            "message": message, "reason": reason, "code": code})
 }
 
-async fn handle(s: &Shared, req: Request<Incoming>, via: &str) -> Response<Body> {
+/// The tag of a request: its listener's, else its bearer token's, else `""`.
+fn sender(s: &Shared, req: &Request<Incoming>, listener: &str) -> String {
+    if !listener.is_empty() {
+        return listener.to_owned();
+    }
+    req.headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|t| {
+            s.tokens
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(t.trim())
+                .cloned()
+        })
+        .unwrap_or_default()
+}
+
+fn is_cut(s: &Shared, tag: &str) -> bool {
+    s.store.lock().unwrap().cut.contains(tag)
+}
+
+async fn handle(
+    s: &Shared,
+    req: Request<Incoming>,
+    listener: &str,
+) -> Result<Response<Body>, Unanswered> {
     let arrived = std::time::Instant::now();
     let arrived_wall = SystemTime::now();
+    let via = sender(s, &req, listener);
+    let via = via.as_str();
     let method = req.method().clone();
     let user_agent = req
         .headers()
@@ -410,25 +501,37 @@ async fn handle(s: &Shared, req: Request<Incoming>, via: &str) -> Response<Body>
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    if is_cut(s, via) {
+        // Read, never answered; the connection is closed once the cut heals.
+        wait_while(&s.healed, || is_cut(s, via)).await;
+        return Err(Unanswered);
+    }
     if s.down.load(Ordering::SeqCst) {
-        return full(
+        return Ok(full(
             StatusCode::SERVICE_UNAVAILABLE,
             &status(503, "ServiceUnavailable", "down for the test"),
-        );
+        ));
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match (method, parts.as_slice()) {
+    Ok(match (method, parts.as_slice()) {
         (Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => {
             let selector = query.get("labelSelector").cloned().unwrap_or_default();
             if query.get("watch").map(String::as_str) == Some("true") {
                 s.watches.fetch_add(1, Ordering::SeqCst);
                 if s.watch_fail.load(Ordering::SeqCst) {
-                    return full(
+                    return Ok(full(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         &status(500, "InternalError", "watch failing for the test"),
-                    );
+                    ));
                 }
-                watch(s, ns, &selector, query.get("resourceVersion"), user_agent)
+                watch(
+                    s,
+                    ns,
+                    &selector,
+                    query.get("resourceVersion"),
+                    user_agent,
+                    via,
+                )
             } else {
                 s.lists.fetch_add(1, Ordering::SeqCst);
                 let st = s.store.lock().unwrap();
@@ -490,7 +593,7 @@ async fn handle(s: &Shared, req: Request<Incoming>, via: &str) -> Response<Body>
             StatusCode::METHOD_NOT_ALLOWED,
             &status(405, "MethodNotAllowed", "not served here"),
         ),
-    }
+    })
 }
 
 /// Waits while DELETEs through `via` are held.
@@ -510,16 +613,21 @@ async fn hold(s: &Shared, via: &str) {
         *n = n.saturating_add_signed(d);
     };
     bump(1);
-    while is_held() {
-        let released = s.released.notified();
-        tokio::pin!(released);
-        released.as_mut().enable();
-        if !is_held() {
+    wait_while(&s.released, is_held).await;
+    bump(-1);
+}
+
+/// Waits until `cond` no longer holds; whoever ends it notifies `changed` (`notify_waiters`).
+async fn wait_while(changed: &tokio::sync::Notify, cond: impl Fn() -> bool) {
+    while cond() {
+        let notified = changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !cond() {
             break;
         }
-        released.await;
+        notified.await;
     }
-    bump(-1);
 }
 
 fn watch(
@@ -528,6 +636,7 @@ fn watch(
     selector: &str,
     from: Option<&String>,
     user_agent: String,
+    via: &str,
 ) -> Response<Body> {
     let from: u64 = from.and_then(|v| v.parse().ok()).unwrap_or(0);
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
@@ -548,6 +657,7 @@ fn watch(
                 }
             }
             st.watchers.push(Watcher {
+                via: via.to_owned(),
                 user_agent,
                 namespace: ns.to_owned(),
                 selector: selector.to_owned(),
