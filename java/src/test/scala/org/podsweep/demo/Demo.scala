@@ -234,5 +234,13 @@ object Demo {
       write(new File(d, "timeline.svg"), TimelineSvg.render(s"podsweep demo: ${parameters(a, apiServer)}", b, p))
       progress(s"report written to ${new File(d, "report.txt")} and ${new File(d, "timeline.svg")}")
     }
+    // A podsweep side on which podsweep never ran (its servers fell back to Kyuubi's own cleanup:
+    // a native library of another build, one that does not load) measured stock Kyuubi twice.
+    val leaderless = p.leaders.filter(_._2.isEmpty).keys.toSeq.sorted
+    if (p.leaders.isEmpty || leaderless.nonEmpty) {
+      throw new IllegalStateException(s"podsweep did not run on the podsweep side: no leader of " +
+        s"${if (leaderless.isEmpty) "any scope" else leaderless.mkString(", ")}; the servers' logs " +
+        "say why (grep 'podsweep did not start' under java/target/kyuubi-logs/)")
+    }
   }
 }
