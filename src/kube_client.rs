@@ -292,12 +292,7 @@ fn pem_certificates(bundle: &[u8]) -> Result<Vec<Vec<u8>>, String> {
 mod tests {
     use super::*;
 
-    fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::config::conf_of as conf;
 
     #[test]
     fn overlay_follows_kyuubi() {

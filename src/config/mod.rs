@@ -287,5 +287,14 @@ pub(crate) fn parse_bool(
     }
 }
 
+/// A configuration map from key-value pairs (unit tests of the modules that read one).
+#[cfg(test)]
+pub(crate) fn conf_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

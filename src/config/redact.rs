@@ -172,12 +172,7 @@ pub fn mask_url_passwords(text: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
-    fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::config::conf_of as conf;
 
     #[test]
     fn kyuubis_rule_on_keys_and_values() {

@@ -2,12 +2,7 @@
 
 use super::*;
 
-fn conf(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+use crate::config::conf_of as conf;
 
 #[test]
 fn defaults_are_kyuubis() {
