@@ -493,6 +493,52 @@ async fn forbidden_pods_are_summarised_once_per_interval() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_throttled_burst_that_resolves_before_the_summary_is_still_reported() {
+    start();
+    let logs = capture();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    for i in 0..4 {
+        f.observe(f.pod(
+            &format!("burst{i}"),
+            EventKind::Update,
+            AppState::Finished,
+            Some(3600),
+        ));
+    }
+    // Every pod's first DELETE is answered 429 (Retry-After 1 s), its retry 200: all four are
+    // gone about a second later, well before the first summary is due (5 s after the first 429).
+    let mut answers = 0;
+    while let Some((_, _, send)) = f.next_delete(Duration::from_secs(3)).await {
+        let throttle = answers < 4;
+        send.send_response(if throttle {
+            status_reply(429, "TooManyRequests", Some("1"))
+        } else {
+            status_reply(200, "", None)
+        });
+        answers += 1;
+    }
+    assert_eq!(answers, 8, "one 429 and one 200 per pod");
+    assert_eq!(f.status()["tracked"], 0, "all four deleted");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    f.settle().await;
+    std::thread::sleep(Duration::from_millis(200));
+    let records = logs.0.lock().unwrap().clone();
+    let warns: Vec<&String> = records
+        .iter()
+        .filter(|(l, m)| *l == 2 && m.contains("pod driver-burst"))
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(warns.len(), 1, "one summary of the burst: {warns:#?}");
+    assert!(
+        warns[0].contains("DELETE did not complete for 4 pod(s)")
+            && warns[0].contains("4 attempts, throttled, 0 still pending")
+            && warns[0].contains("retry after 1s"),
+        "{warns:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_delete_event_of_our_own_delete_does_not_hide_its_outcome() {
     start();
     let mut f = Fixture::new("ALL").await;

@@ -205,6 +205,7 @@ impl Sweeper {
         }
         if outcome.class.is_done() {
             self.tracker.settle(&uid, Instant::now());
+            self.failures.forget(&uid);
             self.compact_due();
         } else {
             // The pause's detail quotes the answer, never a pod: it is logged once per pause.

@@ -22,7 +22,11 @@ const FIRST_SUMMARY: Duration = Duration::from_secs(5);
 
 /// The failures of one class within the current interval.
 struct ClassLog {
+    /// Pods that failed in the interval and are still tracked.
     pods: HashSet<Uid>,
+    /// Pods that failed in the interval and are gone since (a later attempt deleted them, or
+    /// someone else did): a burst that resolved within the interval is still reported.
+    gone: usize,
     attempts: u64,
     /// The first failure of the interval: pod name and answer.
     first: String,
@@ -48,6 +52,7 @@ impl Failures {
                     outcome.class,
                     ClassLog {
                         pods: HashSet::new(),
+                        gone: 0,
                         attempts: 0,
                         first: format!("pod {pod}: {outcome}"),
                     },
@@ -60,10 +65,12 @@ impl Failures {
         }
     }
 
-    /// The pod is gone: it no longer counts.
+    /// The pod is gone: it is no longer pending, but its failures are still reported.
     pub(super) fn forget(&mut self, uid: &Uid) {
         for (_, log) in self.classes.values_mut() {
-            log.pods.remove(uid);
+            if log.pods.remove(uid) {
+                log.gone += 1;
+            }
         }
     }
 
@@ -72,30 +79,34 @@ impl Failures {
         let classes = std::mem::take(&mut self.classes);
         let mut any = false;
         for (class, log) in classes.into_values() {
-            let n = log.pods.len();
+            let pending = log.pods.len();
+            let n = pending + log.gone;
             if n == 0 {
                 continue;
             }
-            any = true;
+            // Pods still failing keep the next summary coming; a resolved burst is told once.
+            any |= pending > 0;
             let (attempts, first) = (log.attempts, &log.first);
             match class {
                 OutcomeClass::Forbidden => error!(
                     scope = %scope,
-                    "DELETE is forbidden for {n} pod(s) in scope {scope}: {first}. They are kept \
-                     and retried every ~{:?}; grant the Kyuubi service account `delete` on pods \
-                     in this namespace",
+                    "DELETE is forbidden for {n} pod(s) in scope {scope} ({pending} still \
+                     pending): {first}. Pending pods are kept and retried every ~{:?}; grant the \
+                     Kyuubi service account `delete` on pods in this namespace",
                     tuning.forbidden_retry
                 ),
                 OutcomeClass::Other => error!(
                     scope = %scope,
-                    "DELETE was refused for {n} pod(s) in scope {scope} ({attempts} attempts), \
-                     first {first}. They are kept and retried with backoff (at most {:?} apart)",
+                    "DELETE was refused for {n} pod(s) in scope {scope} ({attempts} attempts, \
+                     {pending} still pending), first {first}. Pending pods are kept and retried \
+                     with backoff (at most {:?} apart)",
                     tuning.retry_max_wait
                 ),
                 _ => warn!(
                     scope = %scope,
                     "DELETE did not complete for {n} pod(s) in scope {scope} ({attempts} \
-                     attempts, {}), first {first}. They are retried with backoff",
+                     attempts, {}, {pending} still pending), first {first}. Pending pods are \
+                     retried with backoff",
                     class.as_str()
                 ),
             }
