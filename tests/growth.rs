@@ -20,27 +20,13 @@ use tokio::time::advance;
 async fn a_follower_forgets_due_pods_the_leader_deleted() {
     start();
     let mut f = Fixture::new("ALL").await;
-    for i in 0..200 {
-        f.observe(f.pod(
-            &format!("d{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(600),
-        ));
-    }
+    f.observe_finished("d", 200, EventKind::Update, 600);
     f.settle().await;
     advance(Duration::from_secs(1)).await;
     f.settle().await;
     assert_eq!(f.status()["due"], 200, "{}", f.status());
     // The leader (another server) deletes them: their DELETE events arrive here.
-    for i in 0..200 {
-        f.observe(f.pod(
-            &format!("d{i}"),
-            EventKind::Delete,
-            AppState::Finished,
-            Some(600),
-        ));
-    }
+    f.observe_finished("d", 200, EventKind::Delete, 600);
     f.settle().await;
     assert_eq!(f.status()["due"], 0, "{}", f.status());
     assert_eq!(f.status()["tracked"], 0);

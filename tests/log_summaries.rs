@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::fixture::{capture, start, status_reply, Fixture};
 use podsweep::config::keys;
-use podsweep::model::{AppState, EventKind};
+use podsweep::model::EventKind;
 use tokio::time::Instant;
 
 /// Item 9: an expired token (401) and a failing API server (503) give one summary line per class
@@ -24,14 +24,7 @@ async fn failures_are_summarised_per_scope_not_logged_per_pod() {
     )
     .await;
     f.lead().await;
-    for i in 0..30 {
-        f.observe(f.pod(
-            &format!("s9-{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(600),
-        ));
-    }
+    f.observe_finished("s9-", 30, EventKind::Update, 600);
     let t0 = Instant::now();
     let mut answered = 0;
     while Instant::now().duration_since(t0) < Duration::from_secs(600) {
@@ -47,12 +40,7 @@ async fn failures_are_summarised_per_scope_not_logged_per_pod() {
         answered += 1;
     }
     assert!(answered >= 200, "retried all along: {answered}");
-    std::thread::sleep(Duration::from_millis(300));
-    let records = logs.0.lock().unwrap().clone();
-    let ours: Vec<&(i32, String)> = records
-        .iter()
-        .filter(|(l, m)| *l <= 2 && m.contains("driver-s9-"))
-        .collect();
+    let ours = logs.messages(2, "driver-s9-");
     let summaries = ours.iter().filter(|(_, m)| m.contains("pod(s)")).count();
     assert_eq!(summaries, ours.len(), "only summaries: {ours:#?}");
     assert!(

@@ -47,16 +47,9 @@ fn metric(text: &str, family: &str, ns: &str, reason: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Lines of the captured log containing `needle` (the log layer delivers them from a thread of
-/// its own: give it a moment).
+/// Lines of the captured log, at any level, containing `needle`.
 fn log_lines(logs: &common::fixture::Capture, needle: &str) -> usize {
-    std::thread::sleep(Duration::from_millis(200));
-    logs.0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, m)| m.contains(needle))
-        .count()
+    logs.messages(i32::MAX, needle).len()
 }
 
 /// A Retry-After of ten minutes: the scope reads paused (`retry_after`) until then, healthy at
@@ -70,14 +63,7 @@ async fn a_retry_after_pause_is_visible_until_it_ends() {
     let logs = capture();
     let mut f = Fixture::new("ALL").await;
     f.lead().await;
-    for i in 0..4 {
-        f.observe(f.pod(
-            &format!("ra{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(600),
-        ));
-    }
+    f.observe_finished("ra", 4, EventKind::Update, 600);
     // The first burst is answered 429 with a Retry-After of 10 minutes.
     let (_, _, send) = f.next_delete(Duration::from_millis(10)).await.unwrap();
     send.send_response(status_reply(429, "TooManyRequests", Some("600")));

@@ -162,14 +162,7 @@ async fn a_leader_that_cannot_delete_steps_down_and_stays_out() {
     start();
     let mut f = Fixture::with_conf("ALL", &[(STEP_DOWN_AFTER, "PT2M")]).await;
     f.lead().await;
-    for i in 0..3 {
-        f.observe(f.pod(
-            &format!("rbac{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(600),
-        ));
-    }
+    f.observe_finished("rbac", 3, EventKind::Update, 600);
     let t0 = Instant::now();
     while f.status()["leadership"] == "LEADING"
         && Instant::now().duration_since(t0) < Duration::from_secs(600)
@@ -270,14 +263,7 @@ async fn a_429_pauses_every_delete_of_the_scope() {
     start();
     let mut f = Fixture::new("ALL").await;
     f.lead().await;
-    for i in 0..80 {
-        f.observe(f.pod(
-            &format!("t{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(600),
-        ));
-    }
+    f.observe_finished("t", 80, EventKind::Update, 600);
     let t0 = Instant::now();
     let mut last_429: Option<Instant> = None;
     let mut during_storm = 0;

@@ -316,14 +316,7 @@ async fn a_backlog_larger_than_the_in_flight_cap_drains_completely() {
     start();
     let mut f = Fixture::new("ALL").await;
     f.lead().await;
-    for i in 0..50 {
-        f.observe(f.pod(
-            &format!("b{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(3600),
-        ));
-    }
+    f.observe_finished("b", 50, EventKind::Update, 3600);
     let mut seen = std::collections::HashSet::new();
     while let Some((path, _, send)) = f.next_delete(Duration::from_secs(1)).await {
         assert!(seen.insert(path), "each pod once");
@@ -369,14 +362,7 @@ async fn deletes_are_paced_by_the_rate_limit() {
     )
     .await;
     f.lead().await;
-    for i in 0..50 {
-        f.observe(f.pod(
-            &format!("r{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(3600),
-        ));
-    }
+    f.observe_finished("r", 50, EventKind::Update, 3600);
     let t0 = Instant::now();
     let mut at = Vec::new();
     while let Some((_, _, send)) = f.next_delete(Duration::from_secs(1)).await {
@@ -399,14 +385,7 @@ async fn no_more_than_max_in_flight_deletes_at_once() {
     start();
     let mut f = Fixture::with_conf("ALL", &[(keys::MAX_IN_FLIGHT, "3")]).await;
     f.lead().await;
-    for i in 0..10 {
-        f.observe(f.pod(
-            &format!("c{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(3600),
-        ));
-    }
+    f.observe_finished("c", 10, EventKind::Update, 3600);
     let mut pending = Vec::new();
     while let Some((_, _, send)) = f.next_delete(Duration::from_millis(100)).await {
         pending.push(send);
@@ -441,14 +420,7 @@ async fn forbidden_pods_are_summarised_once_per_interval() {
     let logs = capture();
     let mut f = Fixture::with_conf("ALL", &[(keys::FORBIDDEN_SUMMARY, "PT5M")]).await;
     f.lead().await;
-    for i in 0..30 {
-        f.observe(f.pod(
-            &format!("f{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(3600),
-        ));
-    }
+    f.observe_finished("f", 30, EventKind::Update, 3600);
     // Ten minutes of 403s: every pod retried about once a minute, never dropped.
     let t0 = Instant::now();
     let mut answered = 0;
@@ -465,12 +437,9 @@ async fn forbidden_pods_are_summarised_once_per_interval() {
         "every pod keeps being retried: {answered}"
     );
     assert_eq!(f.status()["tracked"], 30, "no pod dropped");
-    // The log layer hands records to its sink on its own thread.
-    std::thread::sleep(Duration::from_millis(200));
-    let records = logs.0.lock().unwrap().clone();
-    let errors: Vec<&String> = records
-        .iter()
-        .filter(|(l, m)| *l == 1 && m.contains("DELETE is forbidden for 30 pod(s)"))
+    let errors: Vec<String> = logs
+        .messages(1, "DELETE is forbidden for 30 pod(s)")
+        .into_iter()
         .map(|(_, m)| m)
         .collect();
     assert!(
@@ -483,11 +452,10 @@ async fn forbidden_pods_are_summarised_once_per_interval() {
             .all(|m| m.contains("403") && m.contains("mock says Forbidden")),
         "{errors:#?}"
     );
-    let per_pod_warnings = records
+    let per_pod_warnings = logs
+        .messages(2, "driver-f")
         .iter()
-        .filter(|(l, m)| {
-            *l <= 2 && m.contains("driver-f") && !m.contains("DELETE is forbidden for")
-        })
+        .filter(|(_, m)| !m.contains("DELETE is forbidden for"))
         .count();
     assert_eq!(per_pod_warnings, 0, "no WARN or ERROR per forbidden pod");
 }
@@ -498,14 +466,7 @@ async fn a_throttled_burst_that_resolves_before_the_summary_is_still_reported() 
     let logs = capture();
     let mut f = Fixture::new("ALL").await;
     f.lead().await;
-    for i in 0..4 {
-        f.observe(f.pod(
-            &format!("burst{i}"),
-            EventKind::Update,
-            AppState::Finished,
-            Some(3600),
-        ));
-    }
+    f.observe_finished("burst", 4, EventKind::Update, 3600);
     // Every pod's first DELETE is answered 429 (Retry-After 1 s), its retry 200: all four are
     // gone about a second later, well before the first summary is due (5 s after the first 429).
     let mut answers = 0;
@@ -522,11 +483,9 @@ async fn a_throttled_burst_that_resolves_before_the_summary_is_still_reported() 
     assert_eq!(f.status()["tracked"], 0, "all four deleted");
     tokio::time::sleep(Duration::from_secs(6)).await;
     f.settle().await;
-    std::thread::sleep(Duration::from_millis(200));
-    let records = logs.0.lock().unwrap().clone();
-    let warns: Vec<&String> = records
-        .iter()
-        .filter(|(l, m)| *l == 2 && m.contains("pod driver-burst"))
+    let warns: Vec<String> = logs
+        .messages(2, "pod driver-burst")
+        .into_iter()
         .map(|(_, m)| m)
         .collect();
     assert_eq!(warns.len(), 1, "one summary of the burst: {warns:#?}");

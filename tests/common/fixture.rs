@@ -110,6 +110,19 @@ impl Fixture {
         self.engine.observe(self.scope.clone(), obs).unwrap();
     }
 
+    /// Observes `n` finished driver pods, uids `<prefix>0` .. `<prefix>{n-1}`, that ended
+    /// `ended_secs_ago` seconds ago.
+    pub fn observe_finished(&self, prefix: &str, n: usize, kind: EventKind, ended_secs_ago: u64) {
+        for i in 0..n {
+            self.observe(self.pod(
+                &format!("{prefix}{i}"),
+                kind,
+                AppState::Finished,
+                Some(ended_secs_ago),
+            ));
+        }
+    }
+
     /// Lets spawned tasks run without moving the clock.
     pub async fn settle(&self) {
         for _ in 0..20 {
@@ -183,6 +196,22 @@ pub struct Capture(pub Mutex<Vec<(i32, String)>>);
 impl podsweep::logging::LogSink for Capture {
     fn emit(&self, level: i32, _target: &str, message: &str) {
         self.0.lock().unwrap().push((level, message.to_owned()));
+    }
+}
+
+impl Capture {
+    /// The messages delivered so far at `level` or more severe (1 ERROR, 2 WARN, ...) that
+    /// contain `needle`, after a moment for the log layer, which hands records over on its own
+    /// thread.
+    pub fn messages(&self, level: i32, needle: &str) -> Vec<(i32, String)> {
+        std::thread::sleep(Duration::from_millis(300));
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(l, m)| *l <= level && m.contains(needle))
+            .cloned()
+            .collect()
     }
 }
 
