@@ -16,8 +16,15 @@ import io.fabric8.kubernetes.client.informers.ResourceEventHandler
  * "stopped" (after `stopDelayMs`, much shorter than a real grace period) and the pod is deleted with
  * grace period 0 and its UID as precondition, as the kubelet's status manager does. It acts as its
  * own ServiceAccount ([[NodeSim.Identity]]), so its DELETEs are told apart in the audit log.
+ *
+ * With `podGc`, it also does what kube-controller-manager's pod garbage collector does for a pod
+ * that is Terminating but bound to no node (no kubelet will ever finish it): it deletes it with
+ * grace period 0. A real API server leaves such a pod behind when a DELETE's first write (the
+ * `deletionTimestamp`) is stored and its second (the removal) fails, e.g. with a 504 after the
+ * server was frozen; podsweep, seeing the `deletionTimestamp`, rightly counts the pod as being
+ * deleted. The real collector looks every 20 s; this one after `stopDelayMs`.
  */
-final class NodeSim(kube: RealKube, stopDelayMs: Long = 300L) extends AutoCloseable {
+final class NodeSim(kube: RealKube, stopDelayMs: Long = 300L, podGc: Boolean = false) extends AutoCloseable {
   import NodeSim._
 
   private val client = {
@@ -42,18 +49,21 @@ final class NodeSim(kube: RealKube, stopDelayMs: Long = 300L) extends AutoClosea
     t
   }
   private val pending = ConcurrentHashMap.newKeySet[String]()
-  /** Graceful deletions this stand-in finished. */
+  /** Graceful deletions this stand-in finished as a kubelet (pods bound to a node). */
   val finished = new AtomicInteger()
+  /** Terminating pods bound to no node that it deleted as the pod garbage collector (`podGc`). */
+  val collected = new AtomicInteger()
 
   private def finish(pod: Pod): Unit = {
     val m = pod.getMetadata
     val uid = m.getUid
-    if (m.getDeletionTimestamp != null && pod.getSpec.getNodeName != null &&
+    val bound = pod.getSpec.getNodeName != null
+    if (m.getDeletionTimestamp != null && (bound || podGc) &&
       Option(m.getFinalizers).forall(_.isEmpty) && pending.add(uid)) {
       timer.schedule(new Runnable {
         override def run(): Unit = try {
           val (code, _) = kube.deletePod(client, m.getNamespace, m.getName, Some(uid), Some(0L))
-          if (code == 200) finished.incrementAndGet()
+          if (code == 200) (if (bound) finished else collected).incrementAndGet()
         } catch {
           case _: Exception => ()
         } finally pending.remove(uid)

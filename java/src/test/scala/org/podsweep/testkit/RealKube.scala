@@ -341,10 +341,11 @@ final class RealKube(
 
   /**
    * Starts (once) the kubelet stand-in that finishes graceful deletions of pods bound to a node,
-   * `stopDelayMs` after their `deletionTimestamp` (the time the kubelet takes to stop them).
+   * `stopDelayMs` after their `deletionTimestamp` (the time the kubelet takes to stop them); with
+   * `podGc`, also the pod garbage collector's part (Terminating pods bound to no node).
    */
-  def startNodeSim(stopDelayMs: Long = 300L): NodeSim = synchronized {
-    nodeSim.getOrElse { val n = new NodeSim(this, stopDelayMs); nodeSim = Some(n); n }
+  def startNodeSim(stopDelayMs: Long = 300L, podGc: Boolean = false): NodeSim = synchronized {
+    nodeSim.getOrElse { val n = new NodeSim(this, stopDelayMs, podGc); nodeSim = Some(n); n }
   }
 
   /** Stops the control plane, unless it is the JVM's shared one (stopped when the JVM exits). */
