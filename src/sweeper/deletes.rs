@@ -205,8 +205,7 @@ impl Sweeper {
         }
         if outcome.class.is_done() {
             self.tracker.settle(&uid, Instant::now());
-            self.failures.forget(&uid);
-            self.compact_due();
+            self.forget(&uid);
         } else {
             // The pause's detail quotes the answer, never a pod: it is logged once per pause.
             self.last_retry = outcome.to_string();

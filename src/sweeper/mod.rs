@@ -458,8 +458,8 @@ impl Sweeper {
         }
     }
 
-    /// Drops the failure entry and any stale due entry of a UID whose record is gone (its timer
-    /// went with the record).
+    /// Drops the failure entry and any stale due entry of a UID whose record is gone or settled
+    /// (its timer went with it).
     fn forget(&mut self, uid: &Uid) {
         self.failures.forget(uid);
         self.compact_due();
