@@ -95,10 +95,19 @@ pub fn namespace(conf: &HashMap<String, String>) -> String {
 /// A cluster that cannot be told (a context the kubeconfig lacks, no kubeconfig and not in a
 /// pod, a URL that does not parse), described.
 pub fn resolve(raw: &HashMap<String, String>, scope: &Scope) -> Result<Scope, String> {
+    resolve_with(raw, &read_kubeconfig(), scope)
+}
+
+/// [`resolve`] with the kubeconfig already read ([`read_kubeconfig`]).
+pub fn resolve_with(
+    raw: &HashMap<String, String>,
+    kubeconfig: &Result<kube::config::Kubeconfig, String>,
+    scope: &Scope,
+) -> Result<Scope, String> {
     let conf = scope_conf(raw, scope);
     let cluster = match get(&conf, MASTER) {
         Some(m) => normalise_url(m)?,
-        None => match kube::config::Kubeconfig::read() {
+        None => match kubeconfig {
             Ok(kc) => {
                 let name = get(&conf, keys::KUBE_CONTEXT)
                     .map(str::to_owned)
@@ -135,6 +144,58 @@ pub fn resolve(raw: &HashMap<String, String>, scope: &Scope) -> Result<Scope, St
         },
     };
     Ok(Scope::new(Some(&cluster), Some(&namespace(&conf))))
+}
+
+/// The kubeconfig [`resolve`] reads: read once per engine (off the informer threads), at its
+/// start.
+pub fn read_kubeconfig() -> Result<kube::config::Kubeconfig, String> {
+    kube::config::Kubeconfig::read().map_err(|e| e.to_string())
+}
+
+/// The ConfigMap Kubernetes publishes in every namespace (the cluster's root CA certificate; by
+/// the root CA publisher of kube-controller-manager, in every cluster since 1.21).
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+
+/// The prefix of an election key's cluster part when it is the namespace's identity.
+pub const NAMESPACE_UID_PREFIX: &str = "ns-uid:";
+
+/// Why [`namespace_identity`] has no answer.
+#[derive(Debug, Error)]
+pub enum IdentityError {
+    /// The API server answered that it will not tell (403: the RBAC rule is missing; 404: the
+    /// ConfigMap is not published): the caller falls back, with a WARN.
+    #[error("{0}")]
+    Unreadable(String),
+    /// No answer yet (the client cannot be built, the server cannot be reached, 5xx, 429): ask
+    /// again later.
+    #[error("{0}")]
+    Transient(String),
+}
+
+/// The identity of the namespace a scope's client reaches, the same whichever URL reaches its
+/// cluster (an IP address or a DNS name, a load balancer or the server itself, in-cluster or
+/// through a kubeconfig): the UID of the namespace's [`ROOT_CA_CONFIGMAP`], read with one `GET`
+/// of its metadata. RBAC: `get` on `configmaps` named `kube-root-ca.crt` in the namespace.
+pub async fn namespace_identity(conf: &HashMap<String, String>) -> Result<String, IdentityError> {
+    let ns = namespace(conf);
+    let client = build_client(conf)
+        .await
+        .map_err(|e| IdentityError::Transient(e.to_string()))?;
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(client, &ns);
+    match api.get_metadata(ROOT_CA_CONFIGMAP).await {
+        Ok(meta) => meta.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| {
+            IdentityError::Unreadable(format!("{ns}/{ROOT_CA_CONFIGMAP} has no UID"))
+        }),
+        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {
+            Err(IdentityError::Unreadable(format!(
+                "GET configmaps/{ROOT_CA_CONFIGMAP} in namespace {ns}: HTTP {} {}",
+                status.code, status.message
+            )))
+        }
+        Err(e) => Err(IdentityError::Transient(format!(
+            "GET configmaps/{ROOT_CA_CONFIGMAP} in namespace {ns}: {e}"
+        ))),
+    }
 }
 
 /// `scheme://host:port[/path]` in lower case with the port written out and no trailing `/`.

@@ -34,6 +34,7 @@
 //! 11. Self-watch mode ([`watch`]): only a scope's leader watches its pods; a fresh list cancels
 //!     tracked pods absent from it, and a scope drops its records when its watch stops.
 
+pub(crate) mod backoff;
 pub mod build_info;
 pub mod clock;
 pub mod config;

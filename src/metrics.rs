@@ -8,6 +8,8 @@ use crate::pause::{PauseKind, Pauses};
 
 #[derive(Debug, Default)]
 pub struct ScopeMetrics {
+    /// The key the scope's election runs under, once read (`election_scope` in the status).
+    pub election_key: std::sync::OnceLock<String>,
     pub observed: AtomicU64,
     pub tracked: AtomicU64,
     pub scheduled: AtomicU64,
@@ -60,8 +62,10 @@ pub const UNHEALTHY_WATCH_FAILING: u64 = 32;
 pub const UNHEALTHY_THROTTLED: u64 = 64;
 /// This server leads the scope but its pod watch cannot list the pods (it watches nothing).
 pub const UNHEALTHY_WATCH_CANNOT_LIST: u64 = 128;
+/// The scope's Kubernetes client cannot be built: nothing can be deleted.
+pub const UNHEALTHY_NO_CLIENT: u64 = 256;
 /// How many `UNHEALTHY_*` bits there are.
-const UNHEALTHY_BITS: usize = 8;
+const UNHEALTHY_BITS: usize = 9;
 
 /// Upper bound of lag bucket `k`, in seconds.
 fn lag_bound(k: usize) -> f64 {
@@ -119,12 +123,16 @@ impl ScopeMetrics {
     pub fn pause_unhealthy(&self, kind: PauseKind) -> bool {
         match kind {
             PauseKind::Refused | PauseKind::StepDownHold | PauseKind::Restarting => true,
+            PauseKind::ClientUnavailable => self.is_unhealthy(UNHEALTHY_NO_CLIENT),
             PauseKind::HaSessionLost => self.is_unhealthy(UNHEALTHY_LEADERLESS),
             PauseKind::WatchFailing => {
                 self.is_unhealthy(UNHEALTHY_WATCH_FAILING | UNHEALTHY_WATCH_CANNOT_LIST)
             }
             PauseKind::RetryAfter => self.is_unhealthy(UNHEALTHY_THROTTLED),
-            PauseKind::Backoff => false,
+            PauseKind::Backoff
+            | PauseKind::ServerIdPending
+            | PauseKind::ClusterIdentity
+            | PauseKind::ListPacing => false,
         }
     }
 

@@ -51,16 +51,32 @@ pub enum PauseKind {
     /// Every DELETE due failed and waits for its retry (backoff; 403s retry slowly); the next
     /// one leaves at the end.
     Backoff,
+    /// The scope does not campaign yet: this server's identity in the elections (the address the
+    /// Kyuubi server binds) is not confirmed; at the end it campaigns under the provisional one.
+    ServerIdPending,
+    /// The scope does not campaign yet: which cluster it is in (its election key) is being read
+    /// from the API server; it is read again at the end.
+    ClusterIdentity,
+    /// The scope's Kubernetes client cannot be built (bad credentials file, CA, URL): nothing is
+    /// deleted; it is built again at the end.
+    ClientUnavailable,
+    /// This server leads, but its first list of the term waits: the watches of recent terms
+    /// ended soon after their lists, so lists are spaced out; it lists at the end.
+    ListPacing,
 }
 
 impl PauseKind {
     /// Every kind, most severe first (the first open one is the scope's `pause_reason`).
-    pub const ALL: [PauseKind; 7] = [
+    pub const ALL: [PauseKind; 11] = [
         PauseKind::Refused,
         PauseKind::HaSessionLost,
+        PauseKind::ClientUnavailable,
         PauseKind::StepDownHold,
         PauseKind::Restarting,
+        PauseKind::ServerIdPending,
+        PauseKind::ClusterIdentity,
         PauseKind::WatchFailing,
+        PauseKind::ListPacing,
         PauseKind::RetryAfter,
         PauseKind::Backoff,
     ];
@@ -74,9 +90,14 @@ impl PauseKind {
             PauseKind::WatchFailing => "watch_failing",
             PauseKind::RetryAfter => "retry_after",
             PauseKind::Backoff => "backoff",
+            PauseKind::ServerIdPending => "server_id_pending",
+            PauseKind::ClusterIdentity => "cluster_identity",
+            PauseKind::ClientUnavailable => "client_unavailable",
+            PauseKind::ListPacing => "list_pacing",
         }
     }
 
+    /// The kind's slot in a scope's table (its declaration order).
     fn index(self) -> usize {
         self as usize
     }

@@ -9,6 +9,8 @@
 //!   while the task keeps failing.
 //! * The bit is cleared (and the wait reset) once the task has run for `healthy_after`
 //!   (`ha.leaderlessAlertAfter`) without failing again.
+//! * Every task of a scope is restarted this way (cleanup loop, election, pod watch), with the
+//!   one [`Backoff`] type of the crate.
 
 use std::any::Any;
 use std::future::Future;
@@ -20,6 +22,7 @@ use futures::FutureExt;
 use tokio::time::{sleep_until, Instant};
 use tracing::error;
 
+use crate::backoff::Backoff;
 use crate::metrics::ScopeMetrics;
 use crate::pause::PauseKind;
 
@@ -36,7 +39,7 @@ pub struct Restarts {
     /// The task's `UNHEALTHY_*` bit.
     bit: u64,
     healthy_after: Duration,
-    delay: Duration,
+    backoff: Backoff,
     /// When the bit is cleared, after a restart.
     clear_at: Option<Instant>,
 }
@@ -55,9 +58,14 @@ impl Restarts {
             metrics,
             bit,
             healthy_after,
-            delay: RESTART_BASE,
+            backoff: Backoff::exact(RESTART_BASE, RESTART_MAX),
             clear_at: None,
         }
+    }
+
+    /// The metrics of the scope the task belongs to.
+    pub fn metrics(&self) -> &Arc<ScopeMetrics> {
+        &self.metrics
     }
 
     /// Runs `task` to its end; `Err` with the panic's message if it panicked. Clears the
@@ -71,7 +79,7 @@ impl Restarts {
                 out = &mut task => return out.map_err(|p| message(p.as_ref())),
                 _ = sleep_until_some(self.clear_at) => {
                     self.clear_at = None;
-                    self.delay = RESTART_BASE;
+                    self.backoff.reset();
                     self.metrics.clear_unhealthy(self.bit);
                 }
             }
@@ -81,7 +89,7 @@ impl Restarts {
     /// After a panic: one ERROR, the restart counted, the scope unhealthy with the reason.
     /// Returns how long to wait before running the task again.
     pub fn failed(&mut self, what: &str) -> Duration {
-        let delay = self.delay;
+        let delay = self.backoff.next_delay();
         let reason = format!(
             "the {} task failed ({what}) and is restarted in {delay:?}",
             self.what
@@ -97,7 +105,6 @@ impl Restarts {
              unhealthy meanwhile)",
             self.what, self.scope
         );
-        self.delay = (self.delay * 2).min(RESTART_MAX);
         self.clear_at = Some(Instant::now() + delay + self.healthy_after);
         delay
     }
@@ -111,5 +118,53 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     match deadline {
         Some(d) => sleep_until(d).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::UNHEALTHY_RESTARTED;
+
+    /// Issue 25, item 5: the wait before a failed task runs again doubles while it keeps failing
+    /// and goes back to the base once it has run `healthy_after` without failing (before, the
+    /// cleanup task's own loop doubled it up to a minute and never reset it).
+    #[tokio::test(start_paused = true)]
+    async fn the_restart_wait_doubles_and_resets_after_a_healthy_run() {
+        let metrics = Arc::new(ScopeMetrics::default());
+        let healthy_after = Duration::from_secs(120);
+        let mut r = Restarts::new(
+            "cleanup",
+            "s".into(),
+            metrics.clone(),
+            UNHEALTHY_RESTARTED,
+            healthy_after,
+        );
+        let short = || async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            panic!("deliberate failure");
+        };
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            let out: Result<(), String> = r.guard(short()).await;
+            assert!(out.is_err());
+            let d = r.failed("deliberate failure");
+            waits.push(d.as_secs());
+            tokio::time::sleep(d).await;
+        }
+        assert_eq!(waits, [1, 2, 4]);
+        assert!(metrics.is_unhealthy(UNHEALTHY_RESTARTED));
+        // It now runs well for longer than healthy_after, then fails again: the base wait.
+        let long = || async {
+            tokio::time::sleep(Duration::from_secs(300)).await;
+            panic!("a failure much later");
+        };
+        let out: Result<(), String> = r.guard(long()).await;
+        assert!(out.is_err());
+        assert!(
+            !metrics.is_unhealthy(UNHEALTHY_RESTARTED),
+            "healthy again after running {healthy_after:?}"
+        );
+        assert_eq!(r.failed("a failure much later"), Duration::from_secs(1));
     }
 }

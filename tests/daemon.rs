@@ -237,8 +237,8 @@ fn open_fds(pid: u32) -> usize {
 }
 
 /// Issue 22, item 7: slow clients (a request line, then nothing) cannot take the daemon's file
-/// descriptors: past a cap, connections wait in the accept queue; a connection that does not
-/// send its headers in time is closed; and the daemon still answers once they are gone.
+/// descriptors: past a cap, the oldest connection is closed to make room; and the daemon still
+/// answers once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
     let api = PodsApi::start().await;
@@ -265,8 +265,8 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
         "200 slow clients took {} descriptors of the daemon",
         during - before
     );
-    // A slow client is cut off: the first ones the daemon took are closed within the header
-    // read timeout.
+    // A slow client is cut off: the first ones the daemon took are closed (to make room, else
+    // within the header read timeout).
     let mut rest = Vec::new();
     let cut = timeout(Duration::from_secs(10), slow[0].read_to_end(&mut rest)).await;
     assert!(cut.is_ok(), "a slow client kept its connection for 10 s");
@@ -275,6 +275,36 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
         .await
         .expect("the daemon answers again once the slow clients are gone");
     assert_eq!(code, 200);
+    assert_eq!(signal(&mut d, "-TERM").await, 0);
+}
+
+/// Issue 25, item 7: idle connections cannot keep a probe from being answered. Before, the
+/// daemon served 32 connections and left the others in the accept queue: with 31 idle ones a
+/// probe was answered at once, with 33 not within 3 s (a kubelet's liveness probe fails, the
+/// pod is restarted). Now a new connection closes the oldest past the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_never_keep_a_probe_from_being_answered() {
+    let api = PodsApi::start().await;
+    let mut d = start(&conf_file(&api), &[]).await;
+    let host = d.url.strip_prefix("http://").unwrap().to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..(podsweep::daemon::http::MAX_CONNECTIONS + 8) {
+        idle.push(tokio::net::TcpStream::connect(&host).await.unwrap());
+    }
+    for probe in 0..3 {
+        let t0 = std::time::Instant::now();
+        let (code, body) = timeout(Duration::from_secs(3), get(&d.url, "/healthz"))
+            .await
+            .unwrap_or_else(|_| {
+                panic!("probe {probe}: no answer within 3 s with 40 idle connections")
+            });
+        println!(
+            "figure: probe {probe} answered {code} in {:?} beside 40 idle connections",
+            t0.elapsed()
+        );
+        assert_eq!(code, 200, "{body}");
+    }
+    drop(idle);
     assert_eq!(signal(&mut d, "-TERM").await, 0);
 }
 

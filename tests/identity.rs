@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use podsweep::election::{Backend, ElectionHandle, Identity, LeaderSignal, IDENTITY_WAIT};
 use podsweep::metrics::ScopeMetrics;
+use podsweep::pause::PauseKind;
 use podsweep::scope::Scope;
 use tokio_util::sync::CancellationToken;
 
@@ -46,11 +47,13 @@ async fn campaigns_wait_for_the_confirmed_identity() {
     let seen = rec.identities.clone();
     let backend: Arc<dyn Backend> = Arc::new(rec);
     let identity = Identity::pending("kyuubi-0:0");
+    let metrics = Arc::new(ScopeMetrics::default());
     let election = ElectionHandle::supervised_as(
         &backend,
         Scope::new(None, Some("spark")),
+        Box::pin(std::future::ready(Scope::new(None, Some("spark")))),
         identity.clone(),
-        Arc::new(ScopeMetrics::default()),
+        metrics.clone(),
         Duration::from_secs(120),
     );
     settle().await;
@@ -64,9 +67,16 @@ async fn campaigns_wait_for_the_confirmed_identity() {
         .status()
         .reason
         .contains("waiting for this server's identity"));
+    // The wait is a pause with its cause and its end (the provisional id campaigns then).
+    let pause = metrics
+        .pauses
+        .get(PauseKind::ServerIdPending)
+        .expect("a server_id_pending pause while the identity is not confirmed");
+    assert_eq!(pause.left, Some(Duration::from_secs(90)), "{pause:?}");
     identity.confirm("kyuubi-0:41234");
     settle().await;
     assert_eq!(*seen.lock().unwrap(), ["kyuubi-0:41234"]);
+    assert!(!metrics.pauses.is_open(PauseKind::ServerIdPending));
     election.close().await;
 }
 
@@ -78,6 +88,7 @@ async fn without_a_confirmation_the_provisional_identity_campaigns_after_the_wai
     let election = ElectionHandle::supervised_as(
         &backend,
         Scope::new(None, Some("spark")),
+        Box::pin(std::future::ready(Scope::new(None, Some("spark")))),
         Identity::pending("kyuubi-0:0"),
         Arc::new(ScopeMetrics::default()),
         Duration::from_secs(120),
@@ -100,6 +111,7 @@ async fn a_fixed_identity_campaigns_at_once() {
     let election = ElectionHandle::supervised_as(
         &backend,
         Scope::new(None, Some("spark")),
+        Box::pin(std::future::ready(Scope::new(None, Some("spark")))),
         Identity::fixed("kyuubi-0:10009"),
         Arc::new(ScopeMetrics::default()),
         Duration::from_secs(120),

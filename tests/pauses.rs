@@ -267,6 +267,52 @@ async fn a_restarting_task_reads_paused_until_it_runs_again() {
     engine.close_async(Duration::from_secs(1)).await;
 }
 
+/// Issue 25, items 5 and 7: a Kubernetes client that cannot be built holds the scope back: it
+/// reads paused (`client_unavailable`) until the next attempt, and unhealthy; the detail, which
+/// quotes the error, shows no secret of the configuration (here the token the error quotes).
+/// Before: the status read healthy and not paused, and `/status` quoted errors as they came.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_cannot_be_built_reads_paused_with_its_cause_scrubbed() {
+    start();
+    let source: DeleterSource = Arc::new(|_| {
+        Box::pin(async {
+            Err::<Arc<dyn PodDeleter>, String>(
+                "cannot build the Kubernetes client: the token tok-secret-4242 was refused".into(),
+            )
+        })
+    });
+    let engine = common::fixture::engine(
+        &[
+            (keys::CLEANUP_KIND, "ALL"),
+            (
+                "kyuubi.kubernetes.authenticate.oauthToken",
+                "tok-secret-4242",
+            ),
+        ],
+        ManualBackend::default(),
+        source,
+        Clock::System,
+    );
+    let scope = Scope::new(None, Some("noclient"));
+    let obs = common::fixture::observation("p", EventKind::Update, AppState::Running);
+    engine.observe(scope.clone(), obs).unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let text = engine.status_json(&scope);
+    let st: Value = serde_json::from_str(&text).unwrap();
+    println!(
+        "status: reason {} until {} detail {}",
+        st["pause_reason"], st["paused_until_ms"], st["pause_detail"]
+    );
+    assert_eq!(st["pause_reason"], "client_unavailable", "{st}");
+    assert!(st["paused_until_ms"].as_u64().is_some(), "an end: {st}");
+    assert_eq!(st["healthy"], false, "{st}");
+    assert!(!text.contains("tok-secret-4242"), "{text}");
+    assert!(text.contains("*********(redacted)"), "{text}");
+    let all = engine.status_all_json();
+    assert!(!all.contains("tok-secret-4242"), "{all}");
+    engine.close_async(Duration::from_secs(1)).await;
+}
+
 /// A scope the allow lists refuse reads paused (`refused`), open-ended, and unhealthy, with the
 /// key that refuses it.
 #[tokio::test(start_paused = true)]

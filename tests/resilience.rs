@@ -147,7 +147,7 @@ async fn a_failed_scope_task_is_restarted_and_reported() {
         .unwrap()
         .iter()
         .filter(|(l, m)| {
-            *l == 1 && m.contains("Cleanup task of scope <default context>:crash failed")
+            *l == 1 && m.contains("The cleanup task of scope <default context>:crash failed")
         })
         .count();
     assert_eq!(errors, 1);

@@ -6,8 +6,12 @@
 //! a `// runbook: <heading>` comment on one of the three lines above it, naming its entry.
 //! Every reason a scope's status can give for `healthy: false` has an entry too.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -27,77 +31,162 @@ fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The text of `s` from `open` (just after a `(`) to its matching `)`, strings and chars skipped.
-fn call_args(s: &str, open: usize) -> &str {
-    let b = s.as_bytes();
-    let (mut depth, mut i, mut in_str) = (1usize, open, false);
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            if c == b'\\' {
-                i += 1;
-            } else if c == b'"' {
-                in_str = false;
-            }
-        } else if c == b'"' {
-            in_str = true;
-        } else if c == b'(' || c == b'[' || c == b'{' {
-            depth += 1;
-        } else if c == b')' || c == b']' || c == b'}' {
-            depth -= 1;
-            if depth == 0 {
-                return &s[open..i];
-            }
-        }
-        i += 1;
-    }
-    &s[open..]
+/// A string literal token's value (escapes and line continuations undone), if it is one.
+fn lit_str(t: &TokenTree) -> Option<(String, usize)> {
+    let TokenTree::Literal(l) = t else {
+        return None;
+    };
+    let lit = syn::parse_str::<syn::LitStr>(&l.to_string()).ok()?;
+    Some((lit.value(), l.span().start().line))
 }
 
-/// The first top-level argument of a `tracing` macro call that is a string literal (fields such
-/// as `scope = %x` or `target: "podsweep"` are skipped), with Rust's line continuations undone.
-fn format_string(args: &str) -> Option<String> {
-    let b = args.as_bytes();
-    let (mut depth, mut i, mut start) = (0usize, 0usize, 0usize);
-    let mut parts = Vec::new();
-    let mut in_str = false;
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            if c == b'\\' {
-                i += 1;
-            } else if c == b'"' {
-                in_str = false;
+/// The first top-level string literal of a macro's arguments (fields such as `scope = %x` or
+/// `target: "podsweep"` are skipped: a literal right after `:` or `=` is a field's value).
+fn first_top_level_literal(args: &TokenStream) -> Option<String> {
+    let mut prev: Option<TokenTree> = None;
+    for t in args.clone() {
+        let after_field =
+            matches!(&prev, Some(TokenTree::Punct(p)) if p.as_char() == ':' || p.as_char() == '=');
+        if !after_field {
+            if let Some((v, _)) = lit_str(&t) {
+                return Some(v);
             }
-        } else if c == b'"' {
-            in_str = true;
-        } else if c == b'(' || c == b'[' || c == b'{' {
-            depth += 1;
-        } else if c == b')' || c == b']' || c == b'}' {
-            depth = depth.saturating_sub(1);
-        } else if c == b',' && depth == 0 {
-            parts.push(&args[start..i]);
-            start = i + 1;
         }
-        i += 1;
+        prev = Some(t);
     }
-    parts.push(&args[start..]);
-    for p in parts {
-        let p = p.trim();
-        if p.starts_with('"') && p.ends_with('"') && p.len() >= 2 {
-            let lit = &p[1..p.len() - 1];
-            // A `\` at a line's end continues the literal without the newline and the indent.
-            let mut text = String::new();
-            let mut rest = lit;
-            while let Some(k) = rest.find("\\\n") {
-                text.push_str(&rest[..k]);
-                rest = rest[k + 2..].trim_start();
+    None
+}
+
+/// The first string literal anywhere in `args` (inside `&format!(...)` too).
+fn any_literal(args: &TokenStream) -> Option<String> {
+    for t in args.clone() {
+        if let Some((v, _)) = lit_str(&t) {
+            return Some(v);
+        }
+        if let TokenTree::Group(g) = &t {
+            if let Some(v) = any_literal(&g.stream()) {
+                return Some(v);
             }
-            text.push_str(rest);
-            return Some(text.replace("\\\"", "\""));
         }
     }
     None
+}
+
+/// Whether an item is compiled for tests only (`#[cfg(test)]`, `#[test]`, `#[tokio::test]`).
+fn test_only(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        let path = a.path();
+        path.is_ident("test")
+            || path.segments.last().is_some_and(|s| s.ident == "test")
+            || (path.is_ident("cfg") && a.meta.to_token_stream().to_string().contains("test"))
+    })
+}
+
+/// The items of a parsed file that an operator's build compiles, as token streams: modules and
+/// functions marked for tests are left out, wherever they are in the file.
+fn shipped_items(file: &syn::File) -> Vec<TokenStream> {
+    fn walk(items: &[syn::Item], out: &mut Vec<TokenStream>) {
+        for item in items {
+            match item {
+                syn::Item::Mod(m) if test_only(&m.attrs) => {}
+                syn::Item::Mod(m) => {
+                    if let Some((_, inner)) = &m.content {
+                        walk(inner, out);
+                    }
+                }
+                syn::Item::Fn(f) if test_only(&f.attrs) => {}
+                syn::Item::Impl(i) if test_only(&i.attrs) => {}
+                other => out.push(other.to_token_stream()),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&file.items, &mut out);
+    out
+}
+
+/// A call found in the tokens: its line, and its arguments.
+struct Call {
+    line: usize,
+    args: TokenStream,
+    /// For `.method(...)`: the `let <name> = format!("...")` literals seen before it in the item.
+    lets: HashMap<String, String>,
+}
+
+/// Every `name!(...)` macro call (`bang`) or `.name(...)` method call in `tokens`, inside other
+/// macros' tokens too (`tokio::select! { ... => warn!(...) }`).
+fn find_calls(
+    tokens: &TokenStream,
+    name: &str,
+    bang: bool,
+    lets: &mut HashMap<String, String>,
+    out: &mut Vec<Call>,
+) {
+    let v: Vec<TokenTree> = tokens.clone().into_iter().collect();
+    for (i, t) in v.iter().enumerate() {
+        // `let x = format!("...")`: remembered for a reason passed by name.
+        if let TokenTree::Ident(id) = t {
+            if id == "let" {
+                if let (
+                    Some(TokenTree::Ident(var)),
+                    Some(TokenTree::Punct(eq)),
+                    Some(TokenTree::Ident(f)),
+                    Some(TokenTree::Punct(b)),
+                    Some(TokenTree::Group(g)),
+                ) = (
+                    v.get(i + 1),
+                    v.get(i + 2),
+                    v.get(i + 3),
+                    v.get(i + 4),
+                    v.get(i + 5),
+                ) {
+                    if eq.as_char() == '=' && f == "format" && b.as_char() == '!' {
+                        if let Some(lit) = any_literal(&g.stream()) {
+                            lets.insert(var.to_string(), lit);
+                        }
+                    }
+                }
+            }
+            if id == name {
+                let prev_dot =
+                    i > 0 && matches!(&v[i - 1], TokenTree::Punct(p) if p.as_char() == '.');
+                let call = if bang {
+                    match (v.get(i + 1), v.get(i + 2)) {
+                        (Some(TokenTree::Punct(p)), Some(TokenTree::Group(g)))
+                            if p.as_char() == '!'
+                                && i.checked_sub(1).is_none_or(
+                                    |k| !matches!(&v[k], TokenTree::Punct(p) if p.as_char() == '.'),
+                                ) =>
+                        {
+                            Some(g.stream())
+                        }
+                        _ => None,
+                    }
+                } else if prev_dot {
+                    match v.get(i + 1) {
+                        Some(TokenTree::Group(g))
+                            if g.delimiter() == proc_macro2::Delimiter::Parenthesis =>
+                        {
+                            Some(g.stream())
+                        }
+                        _ => None,
+                    }
+                } else {
+                    None
+                };
+                if let Some(args) = call {
+                    out.push(Call {
+                        line: id.span().start().line,
+                        args,
+                        lets: lets.clone(),
+                    });
+                }
+            }
+        }
+        if let TokenTree::Group(g) = t {
+            find_calls(&g.stream(), name, bang, lets, out);
+        }
+    }
 }
 
 /// `{...}` and `{}` placeholders become `…`; runs of white space one space.
@@ -135,16 +224,33 @@ fn self_describing(norm: &str) -> bool {
         >= 2
 }
 
-/// The headings of the runbook's entries (`### ` lines), normalized, and their backticked texts.
+/// The runbook's entries: each `### ` heading with its lead, the text between the heading and
+/// its first bullet (`- `), where the entry quotes the lines it is about; both normalized. A
+/// mention anywhere else (a table, a bullet, another section) is no entry.
 fn runbook() -> (String, Vec<String>) {
     let text = fs::read_to_string(root().join("docs/operations.md"))
         .expect("docs/operations.md (the operator's runbook) exists");
-    let headings = text
-        .lines()
-        .filter(|l| l.starts_with("### "))
-        .map(|l| normalize(l.trim_start_matches('#').trim()))
-        .collect();
-    (text, headings)
+    let mut entries: Vec<String> = Vec::new();
+    let mut lead: Option<String> = None;
+    for l in text.lines() {
+        if let Some(h) = l.strip_prefix("### ") {
+            if let Some(e) = lead.take() {
+                entries.push(normalize(&e));
+            }
+            lead = Some(format!("{h}\n"));
+        } else if l.starts_with("## ") || l.trim_start().starts_with("- ") {
+            if let Some(e) = lead.take() {
+                entries.push(normalize(&e));
+            }
+        } else if let Some(e) = lead.as_mut() {
+            e.push_str(l);
+            e.push('\n');
+        }
+    }
+    if let Some(e) = lead.take() {
+        entries.push(normalize(&e));
+    }
+    (text, entries)
 }
 
 fn tag_above(lines: &[&str], at: usize) -> Option<String> {
@@ -162,62 +268,50 @@ struct Site {
     tagged: bool,
 }
 
-/// The calls `marker` (e.g. `warn!(`) of the crate's own code (unit tests at a file's end are
-/// not what an operator sees): a `// runbook:` tag above a call names its entry, else `key_of`
-/// gives the text it is found by from the file's code, the call's offset and its arguments.
-fn rust_calls(marker: &str, key_of: impl Fn(&str, usize, &str) -> String) -> Vec<Site> {
+/// The calls `name` (a macro `name!(...)` when `bang`, else a method `.name(...)`) of the
+/// crate's own code, read with `syn`: items compiled for tests only are left out wherever they
+/// are. A `// runbook:` tag on one of the three lines above a call names its entry, else `key_of`
+/// gives the text it is found by from the call.
+fn rust_calls(name: &str, bang: bool, key_of: impl Fn(&Call) -> String) -> Vec<Site> {
     let mut paths = Vec::new();
     files(&root().join("src"), "rs", &mut paths);
     let mut sites = Vec::new();
     for p in paths {
         let src = fs::read_to_string(&p).unwrap_or_default();
-        let body = match src.find("#[cfg(test)]") {
-            Some(k) => &src[..k],
-            None => &src[..],
-        };
-        let lines: Vec<&str> = body.lines().collect();
-        let mut from = 0;
-        while let Some(k) = body[from..].find(marker) {
-            let at = from + k;
-            from = at + marker.len();
-            let prev = body[..at].chars().last().unwrap_or(' ');
-            if marker.starts_with(|c: char| c.is_alphabetic())
-                && (prev.is_alphanumeric() || prev == '_')
-            {
-                continue;
-            }
-            let line = body[..at].matches('\n').count();
-            let rel = p.strip_prefix(root()).unwrap_or(&p).display().to_string();
-            let at_line = format!("{rel}:{}", line + 1);
-            let site = match tag_above(&lines, line) {
-                Some(tag) => Site {
-                    at: at_line,
-                    key: normalize(&tag),
-                    tagged: true,
-                },
-                None => {
-                    let key = key_of(body, at, call_args(body, at + marker.len()));
-                    Site {
-                        at: at_line,
-                        key,
+        let rel = p.strip_prefix(root()).unwrap_or(&p).display().to_string();
+        let file = syn::parse_file(&src).unwrap_or_else(|e| panic!("{rel} does not parse: {e}"));
+        let lines: Vec<&str> = src.lines().collect();
+        for item in shipped_items(&file) {
+            let mut calls = Vec::new();
+            find_calls(&item, name, bang, &mut HashMap::new(), &mut calls);
+            for c in calls {
+                let at = format!("{rel}:{}", c.line);
+                sites.push(match tag_above(&lines, c.line.saturating_sub(1)) {
+                    Some(tag) => Site {
+                        at,
+                        key: normalize(&tag),
+                        tagged: true,
+                    },
+                    None => Site {
+                        at,
+                        key: key_of(&c),
                         tagged: false,
-                    }
-                }
-            };
-            sites.push(site);
+                    },
+                });
+            }
         }
     }
     sites
 }
 
 fn rust_sites() -> Vec<Site> {
-    let message = |_: &str, _: usize, args: &str| {
-        format_string(args)
+    let message = |c: &Call| {
+        first_top_level_literal(&c.args)
             .map(|m| normalize(&m))
             .unwrap_or_default()
     };
-    let mut sites = rust_calls("warn!(", message);
-    sites.extend(rust_calls("error!(", message));
+    let mut sites = rust_calls("warn", true, message);
+    sites.extend(rust_calls("error", true, message));
     sites
 }
 
@@ -351,38 +445,27 @@ fn interpolations_as_placeholders(lit: &str) -> String {
     out
 }
 
-/// The first string literal in `args`, wherever it is (inside `&format!(...)` too), with Rust's
-/// line continuations undone.
-fn first_literal(args: &str) -> Option<String> {
-    let q = args.find('"')?;
-    let b = args.as_bytes();
-    let mut i = q + 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => return format_string(&args[q..=i]),
-            _ => i += 1,
-        }
-    }
-    None
-}
-
 /// Every reason a scope's status can give for `healthy: false`: the `set_unhealthy` calls of the
-/// crate (their literal reason, the `let reason = format!(...)` just above them, or a
-/// `// runbook:` tag when the reason is built elsewhere).
+/// crate (their literal reason, a `let <name> = format!(...)` of the reason they pass by name, or
+/// a `// runbook:` tag when the reason is built elsewhere).
 fn health_sites() -> Vec<Site> {
-    rust_calls(".set_unhealthy(", |body, at, args| {
-        // A reason built just above (`let reason = format!("...")`) is found there.
-        let lit = first_literal(args).or_else(|| {
-            let mut from_byte = at.saturating_sub(1200);
-            while !body.is_char_boundary(from_byte) {
-                from_byte += 1;
-            }
-            let above = &body[from_byte..at];
-            let b = above.rfind("let reason = format!(")?;
-            first_literal(&above[b..])
+    rust_calls("set_unhealthy", false, |c| {
+        let args: Vec<TokenTree> = c.args.clone().into_iter().collect();
+        // The reason is the second argument: after the first top-level comma.
+        let comma = args
+            .iter()
+            .position(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ','));
+        let reason: TokenStream = comma.map_or_else(TokenStream::new, |k| {
+            args[k + 1..].iter().cloned().collect()
         });
-        lit.map(|m| normalize(&m)).unwrap_or_default()
+        let by_name = reason.clone().into_iter().find_map(|t| match t {
+            TokenTree::Ident(id) => c.lets.get(&id.to_string()).cloned(),
+            _ => None,
+        });
+        any_literal(&reason)
+            .or(by_name)
+            .map(|m| normalize(&m))
+            .unwrap_or_default()
     })
 }
 
@@ -399,7 +482,7 @@ fn pause_reasons() -> Vec<String> {
         .collect()
 }
 
-fn check(sites: Vec<Site>, text: &str, headings: &[String]) -> Vec<String> {
+fn check(sites: Vec<Site>, _text: &str, headings: &[String]) -> Vec<String> {
     let mut missing = Vec::new();
     for s in sites {
         if s.tagged {
@@ -414,10 +497,8 @@ fn check(sites: Vec<Site>, text: &str, headings: &[String]) -> Vec<String> {
                 "{}: message '{}' says nothing without its values: add `// runbook: <heading>` above it",
                 s.at, s.key
             ));
-        } else if !headings.iter().any(|h| h.contains(&s.key))
-            && !text.contains(&format!("`{}", s.key))
-        {
-            missing.push(format!("{}: no runbook entry for '{}'", s.at, s.key));
+        } else if !headings.iter().any(|h| h.contains(&s.key)) {
+            missing.push(format!("{}: no runbook entry (a heading and its lead) quotes '{}'", s.at, s.key));
         }
     }
     missing
@@ -482,23 +563,61 @@ fn every_unhealthy_reason_and_pause_cause_has_a_runbook_entry() {
 
 #[test]
 fn the_scan_finds_a_message_and_its_entry() {
-    // The scanner itself: a message with placeholders, and one hidden behind a field.
-    let args =
-        r#"scope = %s, "Pod watch of scope {} failed: {e}; its pods are listed again", t.scope"#;
-    let m = format_string(args).map(|m| normalize(&m));
+    // The scanner itself: a message with placeholders, behind a field; a call inside another
+    // macro's tokens; a test-only module left out wherever it is in the file.
+    let args: TokenStream =
+        r#"scope = %s, "Pod watch of scope {} failed: {e}; its pods are listed again", t.scope"#
+            .parse()
+            .unwrap();
+    let m = first_top_level_literal(&args).map(|m| normalize(&m));
     assert_eq!(
         m.as_deref(),
         Some("Pod watch of scope … failed: …; its pods are listed again")
     );
+    let file = syn::parse_file(
+        r#"
+        #[cfg(test)]
+        mod tests { fn f() { warn!("in a test module"); } }
+        fn g() { tokio::select! { _ = x => warn!("inside select"), } }
+        #[test]
+        fn t() { error!("in a test"); }
+        fn h() { let reason = format!("built above: {x}"); m.set_unhealthy(1, &reason); }
+        "#,
+    )
+    .unwrap();
+    let mut warns = Vec::new();
+    let mut health = Vec::new();
+    for item in shipped_items(&file) {
+        find_calls(&item, "warn", true, &mut HashMap::new(), &mut warns);
+        find_calls(&item, "error", true, &mut HashMap::new(), &mut warns);
+        find_calls(
+            &item,
+            "set_unhealthy",
+            false,
+            &mut HashMap::new(),
+            &mut health,
+        );
+    }
+    let found: Vec<String> = warns
+        .iter()
+        .filter_map(|c| first_top_level_literal(&c.args))
+        .collect();
+    assert_eq!(found, ["inside select"]);
+    assert_eq!(health.len(), 1);
+    assert_eq!(
+        health[0].lets.get("reason").map(String::as_str),
+        Some("built above: {x}")
+    );
     assert!(!self_describing("…"));
     assert!(self_describing("cannot resign: …"));
+    // A mention outside a heading is no entry.
     let missing = check(
         vec![Site {
             at: "x.rs:1".into(),
             key: "no such message here".into(),
             tagged: false,
         }],
-        "",
+        "`no such message here` is mentioned in a paragraph",
         &[],
     );
     assert_eq!(missing.len(), 1);

@@ -36,6 +36,13 @@ pub const DEFAULT_PATTERN: &str = "(?i)secret|password|token|access[.]key";
 
 static DEFAULT: Lazy<Regex> = Lazy::new(|| Regex::new(DEFAULT_PATTERN).expect("a valid pattern"));
 
+/// Keys whose values are credentials though no pattern names them: ZooKeeper's digest
+/// (`user:password`), whose password part alone is hidden too.
+pub const CREDENTIAL_KEYS: [&str; 2] = [
+    "kyuubi.ha.zookeeper.auth.digest",
+    "kyuubi.ha.zookeeper.engine.auth.digest",
+];
+
 /// Which configuration values are secret.
 #[derive(Clone, Debug, Default)]
 pub struct Redactor {
@@ -81,7 +88,10 @@ impl Redactor {
 
     /// Kyuubi's rule: the value of `key` is secret when the pattern matches the key or the value.
     pub fn is_secret(&self, key: &str, value: &str) -> bool {
-        self.everything || self.matches(key) || self.matches(value)
+        self.everything
+            || CREDENTIAL_KEYS.contains(&key)
+            || self.matches(key)
+            || self.matches(value)
     }
 
     /// The value as it may be shown: the replacement text when it is secret, else the value with
@@ -96,11 +106,21 @@ impl Redactor {
 
     /// The secret values of a configuration (see [`remember`]).
     pub fn secrets(&self, raw: &HashMap<String, String>) -> Vec<String> {
-        raw.iter()
+        let mut out: Vec<String> = raw
+            .iter()
             .filter(|(k, v)| self.is_secret(k, v))
             .map(|(_, v)| v.trim().to_owned())
             .filter(|v| worth_hiding(v))
-            .collect()
+            .collect();
+        // A digest's password may be shown without its user.
+        for key in CREDENTIAL_KEYS {
+            if let Some((_, password)) = raw.get(key).and_then(|v| v.trim().split_once(':')) {
+                if worth_hiding(password) {
+                    out.push(password.to_owned());
+                }
+            }
+        }
+        out
     }
 }
 

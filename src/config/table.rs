@@ -487,6 +487,47 @@ fn scala_doc(s: &str, indent: &str) -> String {
     quoted.join(&format!(" +\n{indent}  "))
 }
 
+/// The Kyuubi release the patch targets: the `version` of its keys in Kyuubi's settings.
+pub const KYUUBI_TARGET: &str = "1.12.0";
+
+/// The license header of Kyuubi's source files (the patch's new files carry it, as Kyuubi's
+/// apache-rat check requires).
+pub const ASF_HEADER: &str = "/*
+ * Licensed to the Apache Software Foundation (ASF) under one or more
+ * contributor license agreements.  See the NOTICE file distributed with
+ * this work for additional information regarding copyright ownership.
+ * The ASF licenses this file to You under the Apache License, Version 2.0
+ * (the \"License\"); you may not use this file except in compliance with
+ * the License.  You may obtain a copy of the License at
+ *
+ *    http://www.apache.org/licenses/LICENSE-2.0
+ *
+ * Unless required by applicable law or agreed to in writing, software
+ * distributed under the License is distributed on an \"AS IS\" BASIS,
+ * WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+ * See the License for the specific language governing permissions and
+ * limitations under the License.
+ */
+";
+
+/// A default duration as Kyuubi writes one: `Duration.ofMinutes(1).toMillis`, in the largest
+/// unit that divides it.
+fn scala_duration(t: std::time::Duration) -> String {
+    let ms = t.as_millis();
+    let units = [
+        (86_400_000u128, "Days"),
+        (3_600_000, "Hours"),
+        (60_000, "Minutes"),
+        (1_000, "Seconds"),
+    ];
+    for (size, unit) in units {
+        if ms > 0 && ms.is_multiple_of(size) {
+            return format!("Duration.of{unit}({}).toMillis", ms / size);
+        }
+    }
+    format!("Duration.ofMillis({ms}).toMillis")
+}
+
 /// The patch's `PodsweepConf.scala`: one `KyuubiConf.buildConf` entry per key the patched
 /// server reads, with the table's type, check, default, documentation and version.
 pub fn scala() -> String {
@@ -497,11 +538,18 @@ pub fn scala() -> String {
         entries.push("OptionalConfigEntry");
     }
     let mut out = String::new();
+    out.push_str(ASF_HEADER);
     out.push_str(
-        "// podsweep for Apache Kyuubi. GENERATED from podsweep's key table (src/config/table.rs,\n\
+        "\n// podsweep for Apache Kyuubi. GENERATED from podsweep's key table (src/config/table.rs,\n\
          // `podsweep --list-keys scala`): change the table, not this file.\n\
          package org.apache.kyuubi.engine\n\n",
     );
+    if patch
+        .iter()
+        .any(|k| k.typ == KeyType::Duration && k.default.is_some())
+    {
+        out.push_str("import java.time.Duration\n\n");
+    }
     let _ = writeln!(
         out,
         "import org.apache.kyuubi.config.{}",
@@ -519,6 +567,12 @@ pub fn scala() -> String {
          * lists them and Kyuubi checks their values.\n \
          */\n\
          object PodsweepConf {\n",
+    );
+    let _ = writeln!(
+        out,
+        "  /** The podsweep release this server is built with: its jar must be the same. */\n  \
+         val PODSWEEP_VERSION: String = {}\n",
+        scala_string(env!("CARGO_PKG_VERSION"))
     );
     let mut first = true;
     for k in &patch {
@@ -544,11 +598,7 @@ pub fn scala() -> String {
             out.push_str("      .internal\n");
         }
         let _ = writeln!(out, "      .doc({})", scala_doc(k.doc, "      "));
-        let _ = writeln!(
-            out,
-            "      .version({})",
-            scala_string(&format!("podsweep {}", k.since))
-        );
+        let _ = writeln!(out, "      .version({})", scala_string(KYUUBI_TARGET));
         out.push_str("      .audience(SERVER)\n");
         let _ = writeln!(out, "      .{builder}");
         match k.check {
@@ -583,10 +633,8 @@ pub fn scala() -> String {
         match (k.typ, k.default) {
             (_, None) => out.push_str("      .createOptional\n"),
             (KeyType::Duration, Some(d)) => {
-                let ms = super::parse_time(k.key, d)
-                    .map(|t| t.as_millis())
-                    .unwrap_or_default();
-                let _ = writeln!(out, "      .createWithDefault({ms}L)");
+                let t = super::parse_time(k.key, d).unwrap_or_default();
+                let _ = writeln!(out, "      .createWithDefault({})", scala_duration(t));
             }
             (KeyType::String, Some(d)) => {
                 let _ = writeln!(out, "      .createWithDefault({})", scala_string(d));

@@ -1,15 +1,17 @@
 //! The daemon's HTTP endpoints: `GET /healthz`, `GET /metrics`, `GET /status`.
 //!
 //! # Guarantees
-//! * At most [`MAX_CONNECTIONS`] connections are open at once: beyond them, new ones wait in the
-//!   kernel's accept queue (they hold no descriptor of this process) until one closes. A slow or
-//!   idle client cannot take the descriptors the election and Kubernetes connections need.
+//! * At most [`MAX_CONNECTIONS`] connections are open at once, and a new one is always served:
+//!   past the cap the oldest open connection is closed to make room. A slow or idle client can
+//!   neither take the descriptors the election and Kubernetes connections need nor keep a probe
+//!   (the kubelet's `/healthz`, a scrape) from being answered at once.
 //! * A client has [`HEADER_READ_TIMEOUT`] to send a request's headers, and a connection lives at
 //!   most [`CONNECTION_LIFETIME`], however it is used; then it is closed.
 //! * A request's buffered headers and body are bounded ([`MAX_BUF`]).
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +20,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -34,18 +35,39 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// Read buffer of a connection (hyper's minimum).
 const MAX_BUF: usize = 8192;
 
+/// The open connections, oldest first: each with its id and what closes it.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    conns: VecDeque<(u64, CancellationToken)>,
+}
+
+impl Open {
+    /// Makes room for a new connection (closing the oldest past the cap) and registers it.
+    fn admit(open: &Mutex<Open>) -> (u64, CancellationToken) {
+        let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
+        while o.conns.len() >= MAX_CONNECTIONS {
+            if let Some((_, oldest)) = o.conns.pop_front() {
+                oldest.cancel();
+            }
+        }
+        let id = o.next;
+        o.next += 1;
+        let token = CancellationToken::new();
+        o.conns.push_back((id, token.clone()));
+        (id, token)
+    }
+
+    fn remove(open: &Mutex<Open>, id: u64) {
+        let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
+        o.conns.retain(|(i, _)| *i != id);
+    }
+}
+
 /// Serves until `shutdown` fires (connections already open finish their request).
 pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: CancellationToken) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Mutex::new(Open::default()));
     loop {
-        // A slot first: past the cap, connections wait in the accept queue, not in this process.
-        let slot = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(s) => s,
-                Err(_) => return,
-            },
-        };
         let stream = tokio::select! {
             _ = shutdown.cancelled() => return,
             accepted = listener.accept() => match accepted {
@@ -58,9 +80,9 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: Cancell
                 }
             },
         };
-        let engine = engine.clone();
+        let (id, closed) = Open::admit(&open);
+        let (engine, open) = (engine.clone(), open.clone());
         tokio::spawn(async move {
-            let _slot = slot;
             let svc = hyper::service::service_fn(move |req| {
                 let engine = engine.clone();
                 async move { Ok::<_, Infallible>(answer(&engine, &req)) }
@@ -70,11 +92,15 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: Cancell
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .max_buf_size(MAX_BUF)
                 .serve_connection(TokioIo::new(stream), svc);
-            match tokio::time::timeout(CONNECTION_LIFETIME, conn).await {
-                Ok(Err(e)) => debug!("HTTP connection ended: {e}"),
-                Err(_) => debug!("HTTP connection closed after {CONNECTION_LIFETIME:?}"),
-                Ok(Ok(())) => {}
+            tokio::select! {
+                r = tokio::time::timeout(CONNECTION_LIFETIME, conn) => match r {
+                    Ok(Err(e)) => debug!("HTTP connection ended: {e}"),
+                    Err(_) => debug!("HTTP connection closed after {CONNECTION_LIFETIME:?}"),
+                    Ok(Ok(())) => {}
+                },
+                _ = closed.cancelled() => debug!("HTTP connection closed to make room for a new one"),
             }
+            Open::remove(&open, id);
         });
     }
 }

@@ -10,7 +10,7 @@
 
 pub mod conf;
 pub mod exposition;
-mod http;
+pub mod http;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;

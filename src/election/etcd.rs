@@ -73,11 +73,11 @@ use tracing::{debug, info, warn};
 
 pub use self::lease::LeaseTiming;
 use self::lease::{send_beat, KeepAlive, Reply};
-use super::backoff::Backoff;
 use super::driver::{
-    self, poll_some, sleep_until_some, Connect, Fault, Health, Pool, Seat, Session,
+    self, poll_some, sleep_until_some, spawn_upkeep, Connect, Fault, Health, Pool, Seat, Session,
 };
 use super::{Backend, LeaderSignal};
+use crate::backoff::Backoff;
 use crate::config::{keys, EtcdSettings, EtcdTls};
 use crate::scope::Scope;
 
@@ -216,7 +216,10 @@ impl EtcdSession {
     fn start(client: Client, lease: i64, settings: EtcdSettings, timing: LeaseTiming) -> Self {
         let (tx, health) = watch::channel(Health::Up { until: None });
         let stop = CancellationToken::new();
-        tokio::spawn(keep_alive(client.clone(), lease, timing, tx, stop.clone()));
+        let (alive, stopping) = (client.clone(), stop.clone());
+        spawn_upkeep("etcd keep-alive", tx, move |tx| {
+            Box::pin(keep_alive(alive, lease, timing, tx, stopping))
+        });
         EtcdSession {
             client,
             lease,
@@ -336,7 +339,7 @@ async fn keep_alive(
     client: Client,
     lease: i64,
     t: LeaseTiming,
-    health: watch::Sender<Health>,
+    health: Arc<watch::Sender<Health>>,
     stop: CancellationToken,
 ) {
     let leases = client.lease_client();

@@ -33,7 +33,6 @@
 //! * A campaign that panicked does not give its use of the server's shared session back: the
 //!   session then stays open until the engine is dropped, not until its last scope ends.
 
-mod backoff;
 mod driver;
 pub mod etcd;
 pub mod local;
@@ -50,6 +49,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{ScopeMetrics, UNHEALTHY_ELECTION_RESTARTED};
+use crate::pause::PauseKind;
 use crate::restart::Restarts;
 use crate::scope::Scope;
 
@@ -280,6 +280,10 @@ impl Identity {
     }
 }
 
+/// The key a scope's election runs under, once known (see `engine::election_key`): the
+/// campaign starts when it resolves.
+pub type ElectionKey = BoxFuture<'static, Scope>;
+
 /// The sweeper's side of one scope's election.
 pub struct ElectionHandle {
     status: watch::Receiver<Status>,
@@ -309,20 +313,25 @@ impl ElectionHandle {
         metrics: Arc<ScopeMetrics>,
         healthy_after: Duration,
     ) -> Self {
+        let key: ElectionKey = Box::pin(std::future::ready(scope.clone()));
         Self::supervised_as(
             backend,
             scope,
+            key,
             Identity::fixed(&identity),
             metrics,
             healthy_after,
         )
     }
 
-    /// [`ElectionHandle::supervised`] for an identity that may still be pending: the campaign
-    /// waits for it ([`Identity::settled`]), reporting `Following` with the reason.
+    /// [`ElectionHandle::supervised`] for an identity that may still be pending and an election
+    /// key that may still be read: the campaign waits for both (the identity at most
+    /// [`IDENTITY_WAIT`], [`Identity::settled`]), reporting `Following` with the reason and a
+    /// pause with its cause and end. `scope` names the task in logs.
     pub fn supervised_as(
         backend: &Arc<dyn Backend>,
         scope: Scope,
+        key: ElectionKey,
         identity: Identity,
         metrics: Arc<ScopeMetrics>,
         healthy_after: Duration,
@@ -333,13 +342,13 @@ impl ElectionHandle {
         let restarts = Restarts::new(
             "election",
             scope.to_string(),
-            metrics,
+            metrics.clone(),
             UNHEALTHY_ELECTION_RESTARTED,
             healthy_after,
         );
         let task = tokio::spawn(supervise(
             backend.clone(),
-            scope,
+            key,
             identity,
             signal,
             cancel.clone(),
@@ -450,24 +459,46 @@ impl Drop for ElectionHandle {
 /// the reason, and runs them again after a backoff.
 async fn supervise(
     backend: Arc<dyn Backend>,
-    scope: Scope,
+    key: ElectionKey,
     identity: Identity,
     signal: LeaderSignal,
     cancel: CancellationToken,
     mut requests: mpsc::UnboundedReceiver<StepDown>,
     mut restarts: Restarts,
 ) {
+    let metrics = restarts.metrics().clone();
     if !identity.is_settled() {
-        signal.follow(&format!(
+        let why = format!(
             "waiting for this server's identity (provisionally {}): the address the Kyuubi \
-             server binds",
+             server binds; at the end it campaigns under the provisional one",
             identity.current()
-        ));
+        );
+        signal.follow(&why);
+        let pauses = &metrics.pauses;
+        pauses.open(
+            PauseKind::ServerIdPending,
+            Some(Instant::now() + IDENTITY_WAIT),
+            &why,
+        );
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = identity.settled(IDENTITY_WAIT) => {}
         }
+        pauses.close(PauseKind::ServerIdPending);
     }
+    let mut key = key;
+    let scope = match futures::FutureExt::now_or_never(&mut key) {
+        Some(scope) => scope,
+        None => {
+            signal
+                .follow("reading which cluster and namespace the scope cleans (its election key)");
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                scope = key => scope,
+            }
+        }
+    };
+    let _ = metrics.election_key.set(scope.to_string());
     loop {
         let run = campaigns(&backend, &scope, &identity, &signal, &cancel, &mut requests);
         let Err(what) = restarts.guard(run).await else {

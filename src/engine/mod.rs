@@ -44,25 +44,42 @@ use once_cell::sync::OnceCell;
 use thiserror::Error;
 use tracing::{info, warn};
 
+use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::config::{keys, ConfigError, HaSettings, Settings};
 use crate::deleter::{KubeDeleter, PodDeleter};
 use crate::election::etcd::EtcdBackend;
 use crate::election::local::LocalBackend;
 use crate::election::zookeeper::ZooKeeperBackend;
-use crate::election::{Backend, ElectionHandle, Identity};
+use crate::election::{Backend, ElectionHandle, ElectionKey, Identity};
 use crate::kube_client;
 use crate::metrics::ScopeMetrics;
 use crate::model::{CleanupKind, Observation};
+use crate::pause::PauseKind;
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
-use crate::tracker::Uid;
 use crate::watch::{self, Watches};
 
 mod status;
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
+
+/// Reads the identity of the namespace a scope cleans ([`kube_client::namespace_identity`]).
+pub type IdentitySource = Arc<
+    dyn Fn(Scope) -> futures::future::BoxFuture<'static, Result<String, kube_client::IdentityError>>
+        + Send
+        + Sync,
+>;
+
+/// The namespace identities of a Kubernetes configuration: one `GET` per scope task start.
+pub fn kube_identities(raw: HashMap<String, String>) -> IdentitySource {
+    let raw = Arc::new(raw);
+    Arc::new(move |scope: Scope| {
+        let conf = kube_client::scope_conf(&raw, &scope);
+        Box::pin(async move { kube_client::namespace_identity(&conf).await })
+    })
+}
 
 /// Scopes resolved by [`Engine::scope_id`]: id `i` is `slots[i - 1]`. The ids are looked up
 /// under a lock, once per scope by the JVM; the slots, on every event, without one: they are
@@ -142,6 +159,10 @@ pub struct Engine {
     scopes: ScopeTable,
     /// Each scope's key, once resolved.
     keys: RwLock<HashMap<Scope, Scope>>,
+    /// The kubeconfig, read once at the start ([`kube_client::resolve_with`]).
+    kubeconfig: Result<kube::config::Kubeconfig, String>,
+    /// Where each scope's election key is read ([`election_key`]); `None`: its URL key.
+    identities: Option<IdentitySource>,
     /// Scopes the allow lists refused, with the error their first event got.
     refused: RwLock<HashMap<Scope, (String, u64)>>,
     interned: Arc<Interned>,
@@ -183,7 +204,8 @@ impl Engine {
         };
         let source = kube_source(settings.raw.clone());
         let watch_source = watch::kube_clients(settings.raw.clone());
-        Self::assemble(
+        let identities = kube_identities(settings.raw.clone());
+        let mut engine = Self::assemble(
             settings,
             identity,
             backend,
@@ -191,7 +213,16 @@ impl Engine {
             watch_source,
             Clock::System,
             rt,
-        )
+        )?;
+        engine.identities = Some(identities);
+        Ok(engine)
+    }
+
+    /// Reads each scope's namespace identity with `identities` (its election key; an engine
+    /// with injected parts elects each scope under its API server URL otherwise).
+    pub fn with_namespace_identities(mut self, identities: IdentitySource) -> Self {
+        self.identities = Some(identities);
+        self
     }
 
     /// An engine with injected parts (tests, benches, the demo). In self-watch mode the pod
@@ -298,6 +329,8 @@ impl Engine {
             sweeper_cfg,
             scopes: Arc::default(),
             keys: RwLock::default(),
+            kubeconfig: kube_client::read_kubeconfig(),
+            identities: None,
             refused: RwLock::default(),
             interned: Arc::default(),
             next_id: AtomicU64::new(1),
@@ -383,10 +416,14 @@ impl Engine {
     /// orphan pod): the scope's leader sends its DELETE as soon as it may, with the UID
     /// precondition, whatever the pod's state and the cleanup kind (a scope of kind NONE starts
     /// its election for it). `why` is logged with it. Non-blocking; refused in self-watch mode.
-    pub fn due_now(&self, scope: Scope, obs: Observation, why: &str) -> Result<(), EngineError> {
+    ///
+    /// Returns whether the pod was taken: `false` when podsweep leaves it to the caller (a pod
+    /// without Kyuubi's driver labels, a scope the allow lists refused on an earlier event), so
+    /// that the caller deletes it as it would without podsweep; never taken and dropped.
+    pub fn due_now(&self, scope: Scope, obs: Observation, why: &str) -> Result<bool, EngineError> {
         self.check_observation(&obs, true)?;
         if !obs.is_kyuubi_driver() {
-            return Ok(());
+            return Ok(false);
         }
         let slot = self.slot(self.scope_id(scope)?)?;
         self.to_task(&slot, move |h| {
@@ -398,12 +435,15 @@ impl Engine {
     /// Feeds one pod event. Non-blocking.
     pub fn observe(&self, scope: Scope, obs: Observation) -> Result<(), EngineError> {
         self.check_observation(&obs, true)?;
-        if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
+        if !obs.is_kyuubi_driver() {
             return Ok(());
         }
         let slot = self.slot(self.scope_id(scope)?)?;
         let head = Head::of(&obs);
-        self.deliver(&slot, obs, head)
+        if self.settings.kind == CleanupKind::None {
+            return self.deliver_end(&slot, obs, head);
+        }
+        self.deliver(&slot, obs, head).map(drop)
     }
 
     /// A scope's id for [`Engine::observe_in`], the same for the engine's whole life (ids start
@@ -428,6 +468,8 @@ impl Engine {
                 message,
             })?;
         }
+        // Resolved before the lock is taken: no other scope's first event waits for it.
+        let key = self.key_of(&scope);
         let mut ids = self.interned.ids.write().unwrap_or_else(|p| p.into_inner());
         if let Some(id) = ids.get(&scope) {
             return Ok(*id);
@@ -437,7 +479,6 @@ impl Engine {
                 name: "scope",
                 message: "too many distinct scopes".into(),
             })?;
-        let key = self.key_of(&scope);
         self.interned.slots.push(Arc::new(Slot {
             scope: scope.clone(),
             key,
@@ -471,13 +512,14 @@ impl Engine {
         {
             return k.clone();
         }
-        let key = kube_client::resolve(&self.settings.raw, scope).unwrap_or_else(|e| {
-            warn!(
+        let key = kube_client::resolve_with(&self.settings.raw, &self.kubeconfig, scope)
+            .unwrap_or_else(|e| {
+                warn!(
                 "Scope {scope}: cannot tell which cluster it names ({e}); it is elected on its own \
                  name, so a scope that names the same pods otherwise gets a leader of its own"
             );
-            scope.clone()
-        });
+                scope.clone()
+            });
         let mut keys = self.keys.write().unwrap_or_else(|p| p.into_inner());
         keys.entry(scope.clone()).or_insert(key).clone()
     }
@@ -546,11 +588,14 @@ impl Engine {
         }
         let full = obs.state.is_terminated() || obs.is_cleaned();
         self.check_observation(&obs, full)?;
-        if self.settings.kind == CleanupKind::None || !obs.is_kyuubi_driver() {
+        if !obs.is_kyuubi_driver() {
             return Ok(());
         }
         let slot = self.slot(scope_id)?;
-        self.deliver(&slot, obs, head)
+        if self.settings.kind == CleanupKind::None {
+            return self.deliver_end(&slot, obs, head);
+        }
+        self.deliver(&slot, obs, head).map(drop)
     }
 
     fn check_observation(&self, obs: &Observation, check_name: bool) -> Result<(), EngineError> {
@@ -579,25 +624,47 @@ impl Engine {
 
     /// Hands a checked observation of a Kyuubi driver pod to its scope's task (unless the task
     /// knows it already, [`crate::seen`]), starting the task on the scope's first event.
-    fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<(), EngineError> {
+    fn deliver(&self, slot: &Arc<Slot>, obs: Observation, head: Head) -> Result<bool, EngineError> {
         self.to_task(slot, |h| send(h, &slot.seen, &head, obs, self.clock.now()))
     }
 
+    /// Kind NONE: the scope's task tracks only the pods Kyuubi handed to [`Engine::due_now`],
+    /// so of the other events only one that ends a record (a DELETE event, a deletion
+    /// timestamp) goes to it, and only if a task runs: a server that did not delete such a pod
+    /// itself (a follower) forgets it when its informer sees it go, so a later leader never
+    /// deletes it again. Nothing else is sent, and no task is started.
+    fn deliver_end(
+        &self,
+        slot: &Arc<Slot>,
+        obs: Observation,
+        head: Head,
+    ) -> Result<(), EngineError> {
+        if !obs.is_cleaned() || !slot.admitted.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = scopes.get(&slot.key) {
+            send(h, &slot.seen, &head, obs, self.clock.now());
+        }
+        Ok(())
+    }
+
     /// Hands something to the task of `slot`'s key (`give`), once the allow lists admit the
-    /// scope, starting the task if none serves the key yet.
+    /// scope, starting the task if none serves the key yet. False when it was not handed on (a
+    /// scope the allow lists refused on an earlier event).
     fn to_task(
         &self,
         slot: &Arc<Slot>,
         give: impl FnOnce(&ScopeHandle),
-    ) -> Result<(), EngineError> {
+    ) -> Result<bool, EngineError> {
         if !slot.admitted.load(Ordering::Acquire) && !self.admit(slot)? {
-            return Ok(());
+            return Ok(false);
         }
         {
             let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
             if let Some(h) = scopes.get(&slot.key) {
                 give(h);
-                return Ok(());
+                return Ok(true);
             }
         }
         // First event of the key (or the first since its task was released when idle).
@@ -609,7 +676,7 @@ impl Engine {
             .entry(slot.key.clone())
             .or_insert_with(|| self.start_scope(slot.scope.clone(), slot.key.clone(), Some(slot)));
         give(h);
-        Ok(())
+        Ok(true)
     }
 
     /// The allow lists' verdict on a scope's first event, by its own name: `Err` for the first
@@ -654,6 +721,13 @@ impl Engine {
         let election = ElectionHandle::supervised_as(
             &self.backend,
             key.clone(),
+            election_key(
+                &self.backend,
+                self.identities.clone(),
+                scope.clone(),
+                key.clone(),
+                metrics.clone(),
+            ),
             self.identity.clone(),
             metrics.clone(),
             self.sweeper_cfg.leaderless_alert,
@@ -793,12 +867,70 @@ fn send(h: &ScopeHandle, seen: &SeenPods, head: &Head, obs: Observation, now: Sy
     match seen.admit(head, now) {
         Admit::Known => {}
         Admit::Forward { seen_running } => {
-            if let Some(at) = seen_running {
-                let _ = h.tx.send(Command::SeenRunning(Uid::new(&obs.pod_uid), at));
-            }
-            let _ = h.tx.send(Command::Observe(obs));
+            let _ = h.tx.observe(obs, seen_running);
         }
     }
+}
+
+/// The key a scope task's election runs under: the identity of the namespace it cleans
+/// ([`kube_client::namespace_identity`], the same through every URL of the cluster), so that
+/// servers that reach one cluster by different URLs elect one leader per namespace. Read once,
+/// when the task starts; until it is read the scope does not campaign (its `cluster_identity`
+/// pause, retried with backoff). Where it cannot be read (403: the RBAC rule is missing; 404:
+/// the ConfigMap is not published) the scope is elected under `key`, the URL its client uses,
+/// with one WARN. The local backend elects nothing, so it needs no identity.
+fn election_key(
+    backend: &Arc<dyn Backend>,
+    identities: Option<IdentitySource>,
+    scope: Scope,
+    key: Scope,
+    metrics: Arc<ScopeMetrics>,
+) -> ElectionKey {
+    let Some(identities) = identities.filter(|_| backend.name() != "local") else {
+        return Box::pin(std::future::ready(key));
+    };
+    Box::pin(async move {
+        let mut backoff = Backoff::exact(Duration::from_secs(1), Duration::from_secs(60));
+        loop {
+            match identities(scope.clone()).await {
+                Ok(uid) => {
+                    metrics.pauses.close(PauseKind::ClusterIdentity);
+                    let id = format!("{}{uid}", kube_client::NAMESPACE_UID_PREFIX);
+                    info!(
+                        scope = %scope,
+                        "Scope {scope} cleans namespace {} of the cluster whatever URL reaches it: \
+                         it is elected as {id}",
+                        key.namespace.as_deref().unwrap_or("default")
+                    );
+                    return Scope::new(Some(&id), key.namespace.as_deref());
+                }
+                Err(kube_client::IdentityError::Unreadable(why)) => {
+                    metrics.pauses.close(PauseKind::ClusterIdentity);
+                    warn!(
+                        scope = %scope,
+                        "Scope {scope}: cannot read which cluster it is in ({why}); it is elected \
+                         under its API server URL ({key}), so servers that reach this cluster \
+                         by another URL elect a leader of their own. Grant get on configmaps \
+                         named {} in the namespace (docs/kyuubi-integration.md, RBAC)",
+                        kube_client::ROOT_CA_CONFIGMAP
+                    );
+                    return key;
+                }
+                Err(kube_client::IdentityError::Transient(why)) => {
+                    let wait = backoff.next_delay();
+                    metrics.pauses.open(
+                        PauseKind::ClusterIdentity,
+                        Some(tokio::time::Instant::now() + wait),
+                        &format!(
+                            "which cluster the scope is in cannot be read yet ({why}); the scope \
+                             campaigns once it is, and it is read again at the end"
+                        ),
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    })
 }
 
 /// Kubernetes deleters from Kyuubi's keys, one kube-rs client per scope.

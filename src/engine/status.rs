@@ -24,20 +24,24 @@ impl Engine {
 
     /// A JSON snapshot of a scope's state and counters (those of the task that serves it, with
     /// every scope naming the same cluster and namespace).
+    ///
+    /// Every text in it (reasons, details, the last failure, which quote answers of the API
+    /// server and errors of the HA backend) is scrubbed of the configuration's secrets and of
+    /// URL passwords ([`crate::config::redact::scrub`]), as podsweep's log lines are.
     pub fn status_json(&self, scope: &Scope) -> String {
         let key = self.known_key(scope);
         let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        let mut v = self.status_value(&scopes, key.as_ref().unwrap_or(scope));
+        let mut v = self.status_value(&scopes, scope, key.as_ref().unwrap_or(scope));
         if v["known"] == false {
             v["scope"] = scope.to_string().into();
             v["context"] = scope.context.clone().into();
             v["namespace"] = scope.namespace.clone().into();
             drop(scopes);
             if let Some(refused) = self.refused_value(scope) {
-                return refused.to_string();
+                return scrubbed(refused).to_string();
             }
         }
-        v.to_string()
+        scrubbed(v).to_string()
     }
 
     /// The status of a scope the allow lists refused: unknown, unhealthy, paused for good.
@@ -85,26 +89,50 @@ impl Engine {
         scopes
             .into_iter()
             .filter_map(|s| self.refused_value(s))
+            .map(scrubbed)
             .collect()
     }
 
-    /// A JSON array with the snapshot of every scope task this server runs, sorted by scope.
+    /// A JSON array with the snapshot of every scope this server cleans, sorted by scope: each
+    /// of Kyuubi's scopes (`KubernetesInfo`) under its own name, so that a scope is named the
+    /// same on every server whichever of its aliases (scopes naming the same cluster and
+    /// namespace, served by one task) sent the first event; aliases carry the same figures and
+    /// `election_scope`. In self-watch mode, every configured scope's task.
     pub fn status_all_json(&self) -> String {
         let scopes = self.scopes.read().unwrap_or_else(|p| p.into_inner());
-        let mut keys: Vec<&Scope> = scopes.keys().collect();
-        keys.sort_by(|a, b| scopes[*a].scope.cmp(&scopes[*b].scope));
+        let mut named: Vec<(&Scope, &Scope)> = if self.watches.is_some() {
+            scopes.iter().map(|(key, h)| (&h.scope, key)).collect()
+        } else {
+            self.interned
+                .slots
+                .iter()
+                .map(|(_, slot)| slot)
+                .filter(|slot| {
+                    slot.admitted.load(std::sync::atomic::Ordering::Acquire)
+                        && scopes.contains_key(&slot.key)
+                })
+                .map(|slot| (&slot.scope, &slot.key))
+                .collect()
+        };
+        named.sort();
+        named.dedup();
         serde_json::Value::Array(
-            keys.into_iter()
-                .map(|s| self.status_value(&scopes, s))
+            named
+                .into_iter()
+                .map(|(scope, key)| scrubbed(self.status_value(&scopes, scope, key)))
                 .collect(),
         )
         .to_string()
     }
 
-    /// The status of the task of `key`: its scope (the first that named the key), and the key
-    /// itself as `election_scope`.
-    fn status_value(&self, scopes: &HashMap<Scope, ScopeHandle>, key: &Scope) -> serde_json::Value {
-        let scope = scopes.get(key).map_or(key, |h| &h.scope);
+    /// The status of the task of `key` under the name of `scope`, with the key its election runs
+    /// under as `election_scope`.
+    fn status_value(
+        &self,
+        scopes: &HashMap<Scope, ScopeHandle>,
+        scope: &Scope,
+        key: &Scope,
+    ) -> serde_json::Value {
         let mut v = match scopes.get(key) {
             None => serde_json::json!({ "known": false, "leadership": "UNKNOWN" }),
             Some(h) => {
@@ -135,11 +163,29 @@ impl Engine {
         v["scope"] = scope.to_string().into();
         v["context"] = scope.context.clone().into();
         v["namespace"] = scope.namespace.clone().into();
-        v["election_scope"] = key.to_string().into();
+        let election = scopes
+            .get(key)
+            .and_then(|h| h.metrics.election_key.get().cloned());
+        v["election_scope_read"] = election.is_some().into();
+        v["election_scope"] = election.unwrap_or_else(|| key.to_string()).into();
         v["backend"] = self.backend.name().into();
         v["server_id"] = self.identity.current().into();
         v["server_id_confirmed"] = self.identity.is_settled().into();
         v["log_records_dropped"] = crate::logging::dropped().into();
         v
+    }
+}
+
+/// `v` with every string scrubbed of the configuration's secrets and URL passwords.
+fn scrubbed(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => match crate::config::redact::scrub(&s) {
+            std::borrow::Cow::Borrowed(_) => Value::String(s),
+            std::borrow::Cow::Owned(o) => Value::String(o),
+        },
+        Value::Array(a) => Value::Array(a.into_iter().map(scrubbed).collect()),
+        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, scrubbed(v))).collect()),
+        other => other,
     }
 }

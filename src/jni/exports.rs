@@ -206,7 +206,8 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
 }
 
 /// Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an orphan
-/// pod): the scope's leader deletes it with the UID precondition as soon as it may.
+/// pod): the scope's leader deletes it with the UID precondition as soon as it may. True when
+/// podsweep took it; false when it leaves the pod to the caller's own DELETE.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "system" fn Java_org_podsweep_NativeBridge_dueNow<'l>(
@@ -223,8 +224,8 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_dueNow<'l>(
     terminated_at_millis: jlong,
     deletion_timestamp_set: jboolean,
     why: JString<'l>,
-) {
-    run(&mut env, (), |env| {
+) -> jboolean {
+    run(&mut env, JNI_FALSE, |env| {
         let engine = engine(handle)?;
         let state = AppState::from_code(app_state).ok_or_else(|| {
             Failure::IllegalArgument(format!(
@@ -243,8 +244,8 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_dueNow<'l>(
         };
         let scope = scope_of(env, &context, &namespace)?;
         let why = opt_string(env, &why)?.unwrap_or_default();
-        engine.due_now(scope, obs, &why)?;
-        Ok(())
+        let taken = engine.due_now(scope, obs, &why)?;
+        Ok(if taken { JNI_TRUE } else { JNI_FALSE })
     })
 }
 

@@ -27,6 +27,7 @@
 
 mod deletes;
 mod failures;
+mod inbox;
 mod supervise;
 mod watched;
 
@@ -57,7 +58,8 @@ use crate::tracker::{Stage, Tracker, Verdict};
 
 use self::deletes::{Bucket, Gate};
 use self::failures::Failures;
-pub use self::supervise::{spawn, Inbox, Release, ScopeHandle};
+pub use self::inbox::{Inbox, PodKey, PodQueue};
+pub use self::supervise::{spawn, Release, ScopeHandle};
 
 /// Builds the deleter of a scope (a kube client for it); retried until it succeeds.
 pub type DeleterSource =
@@ -105,12 +107,11 @@ impl SweeperConfig {
 /// Messages to a scope task.
 #[derive(Debug)]
 pub enum Command {
-    /// Carried by value: the channel stores it in its blocks, so an event costs no allocation of
-    /// its own on the sending (informer) thread.
+    /// One pod event. [`Inbox::send`] merges it into the pod's waiting entry ([`Inbox::observe`]),
+    /// so the task receives it as a [`Command::Pod`] token.
     Observe(Observation),
-    /// The pod was seen running until this time by events answered on the caller's thread
-    /// ([`crate::seen`]); sent just before its terminal event.
-    SeenRunning(Uid, std::time::SystemTime),
+    /// The waiting entry of one pod ([`PodQueue`]): its coalesced events.
+    Pod(PodKey),
     /// Self-watch mode: a fresh list of the scope's driver pods ended; these UIDs were in it.
     Listed(Box<std::collections::HashSet<Uid>>),
     /// Self-watch mode: this server stopped watching the scope's pods.
@@ -138,6 +139,8 @@ const INBOX_LINGER: u8 = 4;
 const INBOX_BATCH: usize = 4096;
 
 struct Sweeper {
+    /// The waiting entries of the inbox's pod events ([`Command::Pod`]).
+    pods: Arc<PodQueue>,
     scope: Scope,
     cfg: SweeperConfig,
     clock: Clock,
@@ -176,8 +179,6 @@ struct Sweeper {
     last_failure: Option<String>,
     /// When to check whether the idle scope may be released.
     idle_at: Option<Instant>,
-    /// When the "restarted" unhealthy mark is cleared.
-    restart_clear_at: Option<Instant>,
     release: Release,
     metrics: Arc<ScopeMetrics>,
     /// Yields left before the task waits on its queue again (see [`INBOX_LINGER`]).
@@ -260,10 +261,6 @@ impl Sweeper {
                     self.leaderless_alert_at = None;
                     self.raise_leaderless_alert();
                 }
-                _ = sleep_until_some(self.restart_clear_at) => {
-                    self.restart_clear_at = None;
-                    self.metrics.clear_unhealthy(crate::metrics::UNHEALTHY_RESTARTED);
-                }
                 _ = sleep_until_some(self.idle_at) => {
                     if self.try_release(rx) {
                         return Exit::Released;
@@ -295,7 +292,19 @@ impl Sweeper {
         self.metrics.queued.fetch_sub(1, Relaxed);
         match cmd {
             Command::Observe(obs) => self.on_observe(&obs),
-            Command::SeenRunning(uid, at) => self.tracker.saw_running(&uid, at),
+            Command::Pod(key) => {
+                if let Some(e) = self.pods.take(&key) {
+                    if let Some(running) = &e.running {
+                        self.on_observe(running);
+                    }
+                    if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
+                        self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
+                    }
+                    if let Some(last) = &e.last {
+                        self.on_observe(last);
+                    }
+                }
+            }
             Command::Listed(uids) => self.on_listed(&uids),
             Command::Unwatched => self.on_unwatched(),
             Command::DueNow(obs, why) => self.on_due_now(&obs, &why),
@@ -311,6 +320,9 @@ impl Sweeper {
                 self.deleter = Some(d);
                 self.deleter_error = None;
                 self.build_at = None;
+                self.metrics.pauses.close(PauseKind::ClientUnavailable);
+                self.metrics
+                    .clear_unhealthy(crate::metrics::UNHEALTHY_NO_CLIENT);
                 self.dispatch();
             }
             Err(e) => {
@@ -319,8 +331,20 @@ impl Sweeper {
                     "Cannot build the Kubernetes client for scope {}: {e}; pods wait, retrying in {:?}",
                     self.scope, self.cfg.client_retry
                 );
+                let retry = Instant::now() + self.cfg.client_retry;
+                self.metrics.set_unhealthy(
+                    crate::metrics::UNHEALTHY_NO_CLIENT,
+                    &format!("the Kubernetes client of the scope cannot be built: {e}"),
+                );
+                self.metrics.pauses.open(
+                    PauseKind::ClientUnavailable,
+                    Some(retry),
+                    &format!(
+                        "the Kubernetes client cannot be built: {e}; it is built again at the end"
+                    ),
+                );
                 self.deleter_error = Some(e);
-                self.build_at = Some(Instant::now() + self.cfg.client_retry);
+                self.build_at = Some(retry);
             }
         }
     }

@@ -59,13 +59,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::backoff::Backoff;
 use crate::election::{Leadership, Status};
 use crate::kyuubi_state::{self, StateConfig, UNIQUE_TAG_LABEL};
 use crate::metrics::{
     ScopeMetrics, UNHEALTHY_WATCH_CANNOT_LIST, UNHEALTHY_WATCH_FAILING, UNHEALTHY_WATCH_RESTARTED,
 };
 use crate::model::EventKind;
-use crate::pause::PauseKind;
+use crate::pause::{PauseKind, Pauses};
 use crate::restart::Restarts;
 use crate::scope::Scope;
 use crate::sweeper::{Command, Inbox, Uid};
@@ -219,7 +220,7 @@ struct Gone;
 
 /// When the next list may start: paced across watch errors and leadership terms alike.
 struct Pace {
-    wait: Duration,
+    backoff: Backoff,
     /// No list before then.
     next_at: Option<Instant>,
     /// When the current stream's list started, while one runs.
@@ -230,7 +231,7 @@ struct Pace {
 impl Pace {
     fn new() -> Self {
         Pace {
-            wait: RETRY_BASE,
+            backoff: Backoff::new(RETRY_BASE, RETRY_MAX),
             next_at: None,
             started: None,
             last_expiry: None,
@@ -239,8 +240,19 @@ impl Pace {
 
     /// Waits until a list may start, and notes that one starts. A wait cut short (the term
     /// ended) leaves the time in place for the next term.
-    async fn list(&mut self) {
-        if let Some(at) = self.next_at {
+    ///
+    /// A wait is the scope's `list_pacing` pause, with its end: this server leads (after terms
+    /// that ended soon after their list, a new one may wait minutes) but watches nothing yet.
+    async fn list(&mut self, pauses: &Pauses) {
+        if let Some(at) = self.next_at.filter(|at| *at > Instant::now()) {
+            pauses.open(
+                PauseKind::ListPacing,
+                Some(at),
+                "this server leads the scope, but its first list waits: the watches of recent \
+                 terms ended soon after their lists, so lists are spaced out (up to 5 minutes)",
+            );
+            // Closed however the wait ends (a term that ends cuts it short).
+            let _open = ClosePause(pauses, PauseKind::ListPacing);
             tokio::time::sleep_until(at).await;
         }
         self.next_at = None;
@@ -255,7 +267,7 @@ impl Pace {
         };
         let now = Instant::now();
         if now.duration_since(started) >= RETRY_RESET_AFTER {
-            self.wait = RETRY_BASE;
+            self.backoff.reset();
             if !error {
                 // A term that watched long enough: the next one lists at once.
                 return;
@@ -273,8 +285,7 @@ impl Pace {
             }
         }
         // Jitter (0.5x to 1x) keeps a fleet's scopes from retrying in step.
-        self.next_at = Some(now + self.wait.mul_f64(0.5 + rand::random::<f64>() / 2.0));
-        self.wait = (self.wait * 2).min(RETRY_MAX);
+        self.next_at = Some(now + self.backoff.next_delay());
     }
 }
 
@@ -373,7 +384,7 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
     let api: Api<Pod> = Api::namespaced(client, &ns);
     let mut last_error: Option<String> = None;
     loop {
-        pace.list().await;
+        pace.list(&t.health.pauses).await;
         let mut listed = false;
         let error = match stream_once(t, metrics, &api, &ns, &mut last_error, &mut listed).await {
             Ok(e) => e,
@@ -441,16 +452,26 @@ fn watch_works(t: &WatchTask, metrics: &WatchMetrics) {
     t.health.clear_unhealthy(UNHEALTHY_WATCH_FAILING);
 }
 
+/// Closes a pause when dropped.
+struct ClosePause<'a>(&'a Pauses, PauseKind);
+
+impl Drop for ClosePause<'_> {
+    fn drop(&mut self) {
+        self.0.close(self.1);
+    }
+}
+
 /// Builds the scope's client, retrying with backoff.
 async fn build_client(
     t: &WatchTask,
     metrics: &WatchMetrics,
 ) -> Result<(kube::Client, String), Gone> {
-    let mut wait = CLIENT_RETRY_BASE;
+    let mut backoff = Backoff::exact(CLIENT_RETRY_BASE, CLIENT_RETRY_MAX);
     loop {
         match (t.source)(t.scope.clone()).await {
             Ok(c) => return Ok(c),
             Err(e) => {
+                let wait = backoff.next_delay();
                 metrics.failed(format!("cannot build the Kubernetes client: {e}"));
                 cannot_list(t, &format!("cannot build the Kubernetes client: {e}"));
                 t.health.pauses.open(
@@ -467,7 +488,6 @@ async fn build_client(
                     return Err(Gone);
                 }
                 tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(CLIENT_RETRY_MAX);
             }
         }
     }

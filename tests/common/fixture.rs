@@ -267,7 +267,18 @@ pub fn engine(
     .unwrap()
 }
 
-/// Deleters that are never built (for tests that send nothing).
+/// Deleters for tests that send nothing: built at once, and a DELETE never completes.
 pub fn no_deleters() -> DeleterSource {
-    Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }))
+    struct Never;
+    impl PodDeleter for Never {
+        fn delete(
+            &self,
+            _name: &str,
+            _uid: &str,
+            _dry_run: bool,
+        ) -> futures::future::BoxFuture<'static, podsweep::deleter::Outcome> {
+            Box::pin(std::future::pending())
+        }
+    }
+    Arc::new(|_| Box::pin(async { Ok(Arc::new(Never) as Arc<dyn PodDeleter>) }))
 }

@@ -27,13 +27,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::FutureExt;
 use tokio::sync::watch;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
-use super::backoff::Backoff;
 use super::{LeaderSignal, Leadership};
+use crate::backoff::Backoff;
 use crate::scope::Scope;
 
 mod pool;
@@ -54,6 +55,25 @@ pub(crate) enum Health {
     Down(String),
     /// The session is gone for good (expired, closed, lease gone): start over on a new one.
     Lost(String),
+}
+
+/// Runs a session's upkeep task (ZooKeeper heartbeats, the etcd keep-alive) on the current
+/// runtime. A panic there is caught: one ERROR, and the session's health becomes
+/// [`Health::Lost`] with the reason, so that every scope on it pauses and campaigns again on a
+/// new session; a dead session is never reused as healthy.
+pub(crate) fn spawn_upkeep<F>(what: &'static str, health: watch::Sender<Health>, task: F)
+where
+    F: FnOnce(Arc<watch::Sender<Health>>) -> BoxFuture<'static, ()>,
+{
+    let health = Arc::new(health);
+    let run = task(health.clone());
+    tokio::spawn(async move {
+        if let Err(panic) = std::panic::AssertUnwindSafe(run).catch_unwind().await {
+            let why = crate::logging::panic_message(panic.as_ref());
+            error!("The {what} task failed: {why}; its session is given up and a new one opened");
+            health.send_replace(Health::Lost(format!("the {what} task failed: {why}")));
+        }
+    });
 }
 
 /// Why a seat operation failed.

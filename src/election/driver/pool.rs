@@ -58,8 +58,11 @@ impl<C: Connect> fmt::Debug for Pool<C> {
     }
 }
 
+/// Whether a session can still be used: not lost, and its upkeep task (heartbeats, keep-alive)
+/// still runs (a task that ended without saying so dropped its sender: the session is dead).
 pub(super) fn is_live<S: Session>(s: &S) -> bool {
-    !matches!(*s.health().borrow(), Health::Lost(_))
+    let health = s.health();
+    health.has_changed().is_ok() && !matches!(*health.borrow(), Health::Lost(_))
 }
 
 impl<C: Connect> Pool<C> {
@@ -187,10 +190,12 @@ mod tests {
         opened: Arc<AtomicUsize>,
         closed: Arc<AtomicUsize>,
         fail: Arc<std::sync::atomic::AtomicBool>,
+        /// Each session's upkeep task (as `spawn_upkeep` runs one) panics when this is notified.
+        crash: Option<Arc<tokio::sync::Notify>>,
     }
 
     struct Fake {
-        health: watch::Sender<Health>,
+        health: Arc<watch::Sender<Health>>,
         closed: Arc<AtomicUsize>,
     }
 
@@ -200,6 +205,7 @@ mod tests {
         fn connect(&self, _identity: &str) -> BoxFuture<'static, Result<Fake, String>> {
             let (opened, closed) = (self.opened.clone(), self.closed.clone());
             let fail = self.fail.load(Ordering::SeqCst);
+            let crash = self.crash.clone();
             Box::pin(async move {
                 // Long enough for every other caller to queue up behind this attempt.
                 sleep(Duration::from_millis(20)).await;
@@ -207,7 +213,22 @@ mod tests {
                     return Err("refused".into());
                 }
                 opened.fetch_add(1, Ordering::SeqCst);
-                let (health, _) = watch::channel(Health::Up { until: None });
+                let (tx, _) = watch::channel(Health::Up { until: None });
+                let Some(crash) = crash else {
+                    return Ok(Fake {
+                        health: Arc::new(tx),
+                        closed,
+                    });
+                };
+                let (give, take) = tokio::sync::oneshot::channel();
+                super::super::spawn_upkeep("test upkeep", tx, move |health| {
+                    let _ = give.send(health);
+                    Box::pin(async move {
+                        crash.notified().await;
+                        panic!("deliberate upkeep failure");
+                    })
+                });
+                let health = take.await.map_err(|e| e.to_string())?;
                 Ok(Fake { health, closed })
             })
         }
@@ -298,5 +319,38 @@ mod tests {
             .iter()
             .all(|r| r.as_ref().err().map(String::as_str) == Some("refused")));
         assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_session_whose_upkeep_task_panicked_is_lost_and_replaced() {
+        let crash = Arc::new(tokio::sync::Notify::new());
+        let c = Counting {
+            crash: Some(crash.clone()),
+            ..Counting::default()
+        };
+        let opened = c.opened.clone();
+        let pool = Pool::new(c);
+        let first = pool.acquire("server-a").await.expect("session");
+        let mut health = first.health();
+        assert!(is_live(&*first));
+        // The heartbeat (keep-alive) task dies: the session says so, with the reason.
+        crash.notify_one();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            health.wait_for(|h| matches!(h, Health::Lost(_))),
+        )
+        .await
+        .expect("the session is reported lost")
+        .expect("its health is readable");
+        let why = format!("{:?}", *health.borrow());
+        assert!(
+            why.contains("test upkeep task failed: deliberate upkeep failure"),
+            "{why}"
+        );
+        assert!(!is_live(&*first));
+        // Nobody gets it again: the next caller gets a new session.
+        let second = pool.acquire("server-a").await.expect("session");
+        assert!(!Arc::ptr_eq(&first, &second));
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
     }
 }

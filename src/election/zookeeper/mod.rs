@@ -87,7 +87,7 @@ use zookeeper_client::{
     SessionState, Stat,
 };
 
-use super::driver::{self, Connect, Fault, Health, Pool, Seat, Session};
+use super::driver::{self, spawn_upkeep, Connect, Fault, Health, Pool, Seat, Session};
 use super::{Backend, LeaderSignal};
 use crate::config::{ZkAuth, ZkSettings};
 use crate::scope::Scope;
@@ -213,7 +213,10 @@ impl ZkSession {
         );
         let (tx, health) = watch::channel(Health::Up { until: None });
         let stop = CancellationToken::new();
-        tokio::spawn(heartbeats(client.clone(), tx, stop.clone()));
+        let (beating, stopping) = (client.clone(), stop.clone());
+        spawn_upkeep("ZooKeeper heartbeat", tx, move |tx| {
+            Box::pin(heartbeats(beating, tx, stopping))
+        });
         ZkSession {
             client,
             settings,
@@ -334,7 +337,7 @@ fn ends_session(e: &ZkError) -> bool {
 /// The session's heartbeat: `sync` + `exists` every third of the negotiated timeout `T`; each
 /// confirmed one allows acting until `sent + 2/3 T`. Connection state changes are published at
 /// once.
-async fn heartbeats(client: Client, health: watch::Sender<Health>, stop: CancellationToken) {
+async fn heartbeats(client: Client, health: Arc<watch::Sender<Health>>, stop: CancellationToken) {
     let negotiated = client.session_timeout();
     let lease = negotiated * 2 / 3;
     let period = (negotiated / 3).max(Duration::from_millis(1));

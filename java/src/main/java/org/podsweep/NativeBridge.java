@@ -27,9 +27,10 @@ final class NativeBridge {
    * Kyuubi asks for a driver pod to be deleted at once (the pod of a CANCELED batch, an orphan
    * pod): the scope's leader deletes it with the UID precondition as soon as it may, whatever its
    * state and the cleanup kind. {@code appState} is a state code as in {@link #observeIn}; {@code
-   * why} is logged with it.
+   * why} is logged with it. True when podsweep took the pod, false when it leaves it to the
+   * caller's own DELETE.
    */
-  static native void dueNow(
+  static native boolean dueNow(
       long handle,
       String context,
       String namespace,

@@ -210,11 +210,19 @@ public final class PodSweeper implements AutoCloseable {
    * later running state does not disarm it, a DELETE event or deletion timestamp ends it.
    * Non-blocking. Refused in self-watch mode ({@link IllegalStateException}).
    *
+   * <p>Under cleanup kind {@code NONE} podsweep tracks only the pods handed to this call; every
+   * server that was handed one forgets it when its informer reports the pod's DELETE (or
+   * deletion timestamp) through {@link #observe}, so a later leader never deletes it again.
+   *
    * @param appState Kyuubi's {@code ApplicationState} name for the pod now
    * @param why why Kyuubi wants it gone, for the log (e.g. {@code "its batch is CANCELED"})
+   * @return true when podsweep took the pod (its leader deletes it; the caller sends nothing);
+   *     false when podsweep leaves it to the caller, who deletes it as it would without podsweep:
+   *     a pod without Kyuubi's driver labels ({@code kyuubi-unique-tag} and {@code
+   *     spark-app-selector}), or a scope the allow lists refused
    * @throws IllegalArgumentException for a bad argument (the message names it)
    */
-  public void dueNow(
+  public boolean dueNow(
       String context,
       String namespace,
       String uniqueTag,
@@ -234,7 +242,7 @@ public final class PodSweeper implements AutoCloseable {
     }
     long stamp = lock.readLock();
     try {
-      NativeBridge.dueNow(open(), context, namespace, uniqueTag, podName, podUid, state,
+      return NativeBridge.dueNow(open(), context, namespace, uniqueTag, podName, podUid, state,
           hasAppSelector, terminatedAtMillis, deletionTimestampSet, why == null ? "" : why);
     } finally {
       lock.unlockRead(stamp);

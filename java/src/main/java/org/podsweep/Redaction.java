@@ -2,8 +2,10 @@ package org.podsweep;
 
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.regex.PatternSyntaxException;
@@ -34,8 +36,20 @@ public final class Redaction {
 
   private Redaction() {}
 
+  /**
+   * Keys whose values are credentials though no pattern names them: ZooKeeper's digest ({@code
+   * user:password}), whose password part alone is hidden too.
+   */
+  public static final List<String> CREDENTIAL_KEYS =
+      Collections.unmodifiableList(
+          java.util.Arrays.asList(
+              "kyuubi.ha.zookeeper.auth.digest", "kyuubi.ha.zookeeper.engine.auth.digest"));
+
   /** Whether the value of {@code key} is secret under {@code conf}'s redaction pattern. */
   public static boolean isSecret(Map<String, String> conf, String key, String value) {
+    if (CREDENTIAL_KEYS.contains(key)) {
+      return true;
+    }
     Pattern configured;
     try {
       configured = configured(conf);
@@ -76,6 +90,18 @@ public final class Redaction {
         secrets.add(v);
       }
     }
+    // A digest's password may be shown without its user.
+    for (String key : CREDENTIAL_KEYS) {
+      String v = conf.get(key);
+      int colon = v == null ? -1 : v.trim().indexOf(':');
+      if (colon >= 0) {
+        String password = v.trim().substring(colon + 1);
+        if (password.codePointCount(0, password.length()) >= 3
+            && !password.equalsIgnoreCase("true") && !password.equalsIgnoreCase("false")) {
+          secrets.add(password);
+        }
+      }
+    }
     // Longest first: a secret that contains another is replaced whole.
     Collections.sort(secrets, (a, b) -> b.length() - a.length());
     for (String s : secrets) {
@@ -89,10 +115,15 @@ public final class Redaction {
    * with every message {@link #scrub}bed (a configuration check's message may quote the value).
    */
   public static Throwable redacted(Map<String, String> conf, Throwable t) {
-    if (t == null) {
+    return redacted(conf, t, Collections.newSetFromMap(new IdentityHashMap<Throwable, Boolean>()));
+  }
+
+  /** {@link #redacted}, stopping at a cause seen before: a chain of causes may be a cycle. */
+  private static Throwable redacted(Map<String, String> conf, Throwable t, Set<Throwable> seen) {
+    if (t == null || !seen.add(t)) {
       return null;
     }
-    Throwable cause = t.getCause() == t ? null : redacted(conf, t.getCause());
+    Throwable cause = redacted(conf, t.getCause(), seen);
     String message = scrub(conf, t.getMessage());
     Throwable copy = new RedactedException(t.getClass().getName(), message, cause);
     copy.setStackTrace(t.getStackTrace());

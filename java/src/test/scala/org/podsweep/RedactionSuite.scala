@@ -35,6 +35,18 @@ class RedactionSuite extends AnyFunSuite {
     assert(r.getStackTrace.sameElements(t.getStackTrace))
   }
 
+  test("a chain of causes that is a cycle is redacted once round, without overflowing the stack") {
+    val conf = Map("kyuubi.ha.zookeeper.auth.digest" -> "kyuubi:zk-pw-77").asJava
+    val a = new IllegalStateException("auth kyuubi:zk-pw-77 refused")
+    val b = new RuntimeException("retry with zk-pw-77")
+    a.initCause(b)
+    b.initCause(a) // a -> b -> a
+    val r = Redaction.redacted(conf, a)
+    assert(r.toString == "java.lang.IllegalStateException: auth *********(redacted) refused", r)
+    assert(r.getCause.toString == "java.lang.RuntimeException: retry with *********(redacted)", r.getCause)
+    assert(r.getCause.getCause == null)
+  }
+
   test("the native side's exception message about a secret value does not show it") {
     val e = intercept[IllegalArgumentException](PodSweeper.create(
       Map("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps" -> "password-4d1a").asJava, "s1"))

@@ -147,16 +147,29 @@ public final class KyuubiPodObserver {
    *
    * @param appState Kyuubi's {@code ApplicationState} name for the pod, or null to compute it
    *     ({@link #applicationState})
-   * @return what was (or would have been) handed on
+   * @return true when podsweep took the pod ({@link PodSweeper#dueNow}); false when it did not
+   *     (no name or UID, no Kyuubi driver labels, a refused scope): the caller deletes it then
    */
-  public Observation dueNow(Pod pod, String context, String namespace, String appState, String why) {
+  public boolean dueNow(Pod pod, String context, String namespace, String appState, String why) {
     String state = appState != null ? appState : applicationState(pod, source, stateContainer, PodEvent.UPDATE);
     Observation o = observation(pod, context, namespace, PodEvent.UPDATE, state, source, stateContainer);
-    if (o.complete()) {
-      sweeper.dueNow(o.context, o.namespace, o.uniqueTag, o.podName, o.podUid, o.appState,
-          o.hasAppSelector, o.terminatedAtMillis, o.deletionTimestampSet, why);
-    }
-    return o;
+    return o.complete()
+        && sweeper.dueNow(o.context, o.namespace, o.uniqueTag, o.podName, o.podUid, o.appState,
+            o.hasAppSelector, o.terminatedAtMillis, o.deletionTimestampSet, why);
+  }
+
+  /**
+   * Whether {@link #dueNow} would hand the pod on: it has a name, a UID and Kyuubi's driver
+   * labels ({@code kyuubi-unique-tag} and {@code spark-app-selector}). A caller that deletes
+   * several pods at once asks this of each first, so that it hands on all of them or none.
+   */
+  public static boolean takeable(Pod pod) {
+    ObjectMeta meta = pod == null ? null : pod.getMetadata();
+    Map<String, String> labels = meta == null ? null : meta.getLabels();
+    String tag = labels == null ? null : labels.get(UNIQUE_TAG_LABEL);
+    return meta != null && meta.getName() != null && !meta.getName().isEmpty()
+        && meta.getUid() != null && !meta.getUid().isEmpty()
+        && tag != null && !tag.isEmpty() && labels.containsKey(APP_SELECTOR_LABEL);
   }
 
   /**

@@ -92,7 +92,11 @@ public final class PodsweepMetricSet implements MetricSet {
               "restarting",
               "watch_failing",
               "retry_after",
-              "backoff"));
+              "backoff",
+              "server_id_pending",
+              "cluster_identity",
+              "client_unavailable",
+              "list_pacing"));
 
   /** Per-scope gauge suffix -> snapshot field (top-level integral fields). */
   private static final Map<String, String> COUNTS;
@@ -112,6 +116,8 @@ public final class PodsweepMetricSet implements MetricSet {
     m.put("deletes.sent", "deletes_sent");
     m.put("pause_ms", "pause_ms");
     m.put("restarts", "restarts");
+    m.put("queued", "queued");
+    m.put("queued_max", "queued_max");
     COUNTS = Collections.unmodifiableMap(m);
   }
 

@@ -45,58 +45,83 @@ class CanceledBatchSuite extends AnyFunSuite {
   }
 
   /** Cancels a batch, then creates its (running) driver pod; returns the pod's name. */
-  private def canceledBatchPod(fleet: Seq[KyuubiServer], ns: String): String = {
+  private def canceledBatchPod(fleet: Seq[KyuubiServer], ns: String, i: Int = 0): String = {
     val tag = UUID.randomUUID().toString
     fleet.head.cancelBatch(tag)
-    val pod = kube.createPod(admin, ns, KyuubiPods.driver(s"canceled-$ns", tag = tag))
+    val pod = kube.createPod(admin, ns, KyuubiPods.driver(f"canceled-$ns-$i%02d", tag = tag))
     pod.getMetadata.getName
   }
 
-  test("three patched servers: a CANCELED batch's running pod gets one DELETE, from the scope's leader") {
-    KyuubiHome.patchedMissing.orElse(RealKube.missing).foreach(why => cancel(why))
-    val ns = "canceled-patched"
+  /**
+   * Three patched servers on kind `kind`: `n` running pods of CANCELED batches get one DELETE
+   * each, from the scope's leader; the followers then track none of them; after the leader is
+   * killed, the new leader sends no DELETE of its own (audit log).
+   */
+  private def canceledFleet(kind: String, n: Int): Unit = {
+    KyuubiHome.patchedMissing.orElse(RealKube.missing).foreach(why => fail(s"cannot run: $why"))
+    val ns = s"canceled-${kind.toLowerCase}"
     val ha = HaBackend.start("zookeeper")
-    val fleet = servers(KyuubiHome.Patched, ns, ha.kyuubiConf + ("kyuubi.ha.namespace" -> "kyuubi-canceled"))
+    val fleet = servers(KyuubiHome.Patched, ns, ha.kyuubiConf ++ Map(
+      "kyuubi.ha.namespace" -> s"kyuubi-canceled-${kind.toLowerCase}",
+      "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> kind))
     try {
-      // A running driver pod first, so the scope has a leader before the canceled batch's pod.
+      // A running driver pod nobody canceled: left alone under every kind.
       kube.createPod(admin, ns, KyuubiPods.driver("warm-up"))
+      val names = (0 until n).map(i => canceledBatchPod(fleet, ns, i))
       val leader = eventually(fleet.filter(_.isLeader(ns)) match {
         case Seq(one) => one
         case other => fail(s"leaders: $other")
       })
-      val name = canceledBatchPod(fleet, ns)
-      eventually(assert(kube.pod(admin, ns, name).isEmpty, s"$name still there"))
-      Thread.sleep(3000)
-      val deletes = kube.podDeletes(ns).filter(_.pod.exists(_._2 == name))
-      assert(deletes.size == 1, deletes)
-      assert(deletes.head.status == 200 && deletes.head.bearer.contains(leader.name), s"leader ${leader.name}: $deletes")
-      // Every server saw the canceled batch and sent no DELETE of its own: it handed the pod to
-      // podsweep, or (its informer's cache updated before its handler ran) found it gone already.
-      fleet.foreach { s =>
-        val handed = s.logLines("goes to podsweep, whose elected leader deletes it now")
-        val gone = s.logLines(s"Pod $name").filter(_.contains("is not in this server's informer cache"))
-        assert(handed.size + gone.size >= 1, s"${s.name}: ${s.log.mkString("\n")}")
-      }
-      assert(leader.logLines(s"Pod $name").exists(_.contains("is to be deleted now")), leader.log.mkString("\n"))
-      assert(leader.logLines(s"Deleted driver pod $name").nonEmpty, "the leader did not log its DELETE")
+      eventually(names.foreach(name => assert(kube.pod(admin, ns, name).isEmpty, s"$name still there")))
+      // Every server handed the pods to podsweep (or found them gone): none sent a DELETE itself,
+      // and each forgets them once its informer sees them go (before the fix, under NONE, the
+      // followers kept all of them, due, for the next leader to DELETE again).
+      val followers = fleet.filterNot(_ eq leader)
+      eventually(fleet.foreach { s =>
+        val st = s.status(ns)
+        assert(st.tracked() == 0 && st.due() == 0, s"${s.name} (${if (s eq leader) "leader" else "follower"}): $st")
+      })
+      val before = kube.podDeletes(ns).filter(d => names.contains(d.pod.map(_._2).orNull))
+      assert(before.size == n && before.forall(d => d.status == 200 && d.bearer.contains(leader.name)),
+        s"leader ${leader.name}: $before")
       fleet.foreach(s => assert(s.logLines("Failed to delete pod").isEmpty, s.name))
-      // The running pod nobody canceled is left alone.
       assert(kube.pod(admin, ns, "warm-up").isDefined)
-      info(s"one DELETE of $name, by ${leader.name} (HTTP ${deletes.head.status})")
+      // The leader dies: one of the followers leads, with nothing to delete.
+      leader.kill()
+      val next = eventually(followers.filter(_.isLeader(ns)) match {
+        case Seq(one) => one
+        case other => fail(s"leaders after the kill: $other")
+      })
+      val st = next.status(ns)
+      assert(st.tracked() == 0 && st.due() == 0 && st.inflight() == 0 && st.deletesSent() == 0, st)
+      val after = kube.podDeletes(ns).filter(d => names.contains(d.pod.map(_._2).orNull))
+      assert(after.size == n, s"DELETEs after the failover: ${after.drop(n)}")
+      info(s"kind $kind: $n canceled batches' pods, ${before.size} DELETEs by ${leader.name}; followers tracked " +
+        followers.map(f => s"${f.name}=${f.status(ns).tracked()}").mkString(", ") +
+        s"; ${leader.name} killed, ${next.name} leads, extra DELETEs after the failover: ${after.size - n}")
     } finally {
       fleet.foreach(s => scala.util.Try(s.close()))
       ha.close()
     }
   }
 
+  test("kind NONE (Kyuubi's default), three patched servers: 20 CANCELED batches' pods get one DELETE each, the followers forget them, none after a failover") {
+    canceledFleet("NONE", 20)
+  }
+
+  test("kind ALL, three patched servers: 20 CANCELED batches' pods get one DELETE each, the followers forget them, none after a failover") {
+    canceledFleet("ALL", 20)
+  }
+
   test("the same with stock Kyuubi 1.12.0: every server that sees the pod deletes it") {
-    KyuubiHome.stockMissing.orElse(RealKube.missing).foreach(why => cancel(why))
+    KyuubiHome.stockMissing.orElse(RealKube.missing).foreach(why => fail(s"cannot run: $why"))
     val ns = "canceled-stock"
     val fleet = servers(KyuubiHome.Stock, ns, Map.empty)
     try {
       val name = canceledBatchPod(fleet, ns)
       eventually(assert(kube.pod(admin, ns, name).isEmpty, s"$name still there"))
-      Thread.sleep(3000)
+      // Each server logs the outcome of its own DELETE: all three are counted then.
+      eventually(fleet.foreach(s => assert(s.logLines(s"delete pod $name").nonEmpty, s.name)))
       val deletes = kube.podDeletes(ns).filter(_.pod.exists(_._2 == name))
       info(s"stock Kyuubi, 3 servers: ${deletes.size} DELETEs of the canceled batch's pod (${deletes.map(_.status).mkString(", ")})")
       assert(deletes.map(_.bearer).distinct.size >= 2, deletes)

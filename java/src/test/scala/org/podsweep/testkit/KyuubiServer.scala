@@ -99,6 +99,9 @@ final case class KyuubiAppInfo(state: String, podName: Option[String], id: Optio
  * @param mode the KubernetesApplicationOperation alone (the default); Kyuubi's
  *             `KyuubiApplicationManager`, which loads every provider on the class path; or a whole
  *             Kyuubi server (`KyuubiServer.startServer`)
+ * @param podsweepClassPath what stands for podsweep's jar on the server's class path (default:
+ *             sbt's classes of the Java API, and the drop-in's for [[KyuubiHome.Dropin]]); `Nil`
+ *             leaves the jar out, as an operator who forgot it would
  */
 final class KyuubiServer(
     val name: String,
@@ -107,7 +110,8 @@ final class KyuubiServer(
     logDir: Path,
     heapMb: Int = 256,
     mode: KyuubiHome.Mode = KyuubiHome.OperationOnly,
-    nativePath: Option[String] = None) extends FleetServer {
+    nativePath: Option[String] = None,
+    podsweepClassPath: Option[Seq[File]] = None) extends FleetServer {
   import KyuubiServer._
 
   val logFile: Path = logDir.resolve(s"$name.log")
@@ -122,11 +126,11 @@ final class KyuubiServer(
     val log4j = logDir.resolve(s"$name-log4j2.properties")
     Files.write(log4j, log4jConfig(logFile).getBytes(StandardCharsets.UTF_8))
     val serverJar = if (kind == KyuubiHome.Patched) KyuubiHome.patchedJar.get else KyuubiHome.stockJar.get
-    val podsweep = kind match {
+    val podsweep = podsweepClassPath.getOrElse(kind match {
       case KyuubiHome.Patched => KyuubiHome.podsweepClasses.toSeq
       case KyuubiHome.Dropin => KyuubiHome.dropinClasses.toSeq ++ KyuubiHome.podsweepClasses.toSeq
       case KyuubiHome.Stock => Nil
-    }
+    })
     val cp = (KyuubiHome.driverClasses.toSeq ++ podsweep ++ Seq(serverJar) ++ KyuubiHome.runtime)
       .map(_.getAbsolutePath).mkString(File.pathSeparator)
     val java = new File(new File(System.getProperty("java.home"), "bin"), "java").getAbsolutePath

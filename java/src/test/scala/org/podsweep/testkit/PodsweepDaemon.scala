@@ -15,8 +15,18 @@ import org.podsweep.ScopeStatus
  * The standalone daemon (`podsweep`, the Rust binary), one process per server: Kyuubi's
  * configuration file plus `--conf` overrides, self-watch mode, `/healthz`, `/metrics` and
  * `/status` on a loopback port it picks. Its log (stderr) goes to `logDir/<name>.log`.
+ *
+ * @param env environment changes (a null value removes the variable), e.g. `KUBECONFIG`
+ * @param wrap a command the daemon runs under (e.g. `unshare` for a private mount namespace)
+ * @param logLevel `--log-level` (`debug`: one line per failed DELETE, with the Retry-After read)
  */
-final class PodsweepDaemon(val name: String, conf: Map[String, String], logDir: Path) extends FleetServer {
+final class PodsweepDaemon(
+    val name: String,
+    conf: Map[String, String],
+    logDir: Path,
+    env: Map[String, String] = Map.empty,
+    wrap: Seq[String] = Nil,
+    logLevel: String = "info") extends FleetServer {
   val logFile: Path = logDir.resolve(s"$name.log")
 
   private val process: Process = {
@@ -27,10 +37,11 @@ final class PodsweepDaemon(val name: String, conf: Map[String, String], logDir: 
     val confFile = logDir.resolve(s"$name-kyuubi-defaults.conf")
     Files.write(confFile, conf.map { case (k, v) => s"$k=$v" }.mkString("# podsweep daemon test\n", "\n", "\n")
       .getBytes(StandardCharsets.UTF_8))
-    new ProcessBuilder(bin.getAbsolutePath, "--config", confFile.toString, "--server-id", name,
-      "--listen", "127.0.0.1:0", "--log-level", "info")
+    val pb = new ProcessBuilder((wrap ++ Seq(bin.getAbsolutePath, "--config", confFile.toString, "--server-id", name,
+      "--listen", "127.0.0.1:0", "--log-level", logLevel)): _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile))
-      .start()
+    env.foreach { case (k, v) => if (v == null) pb.environment().remove(k) else pb.environment().put(k, v) }
+    pb.start()
   }
 
   /** The daemon's HTTP address, from its one stdout line. */

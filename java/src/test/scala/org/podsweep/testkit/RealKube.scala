@@ -12,7 +12,7 @@ import scala.io.Source
 import scala.util.Try
 
 import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
-import io.fabric8.kubernetes.api.model.{ContainerStatusBuilder, NamespaceBuilder, Pod, PodBuilder, ServiceAccountBuilder}
+import io.fabric8.kubernetes.api.model.{ConfigMapBuilder, ContainerStatusBuilder, NamespaceBuilder, Pod, PodBuilder, ServiceAccountBuilder}
 import io.fabric8.kubernetes.api.model.authentication.TokenRequestBuilder
 import io.fabric8.kubernetes.api.model.rbac.{ClusterRole, ClusterRoleBindingBuilder, ClusterRoleBuilder, PolicyRule, PolicyRuleBuilder}
 import io.fabric8.kubernetes.client.{Config, ConfigBuilder, KubernetesClient, KubernetesClientBuilder, KubernetesClientException}
@@ -139,8 +139,30 @@ final class RealKube(
       ignoreConflict(admin.namespaces().resource(new NamespaceBuilder().withNewMetadata().withName(ns).endMetadata().build()).create())
       ignoreConflict(admin.serviceAccounts().inNamespace(ns)
         .resource(new ServiceAccountBuilder().withNewMetadata().withName("default").endMetadata().build()).create())
+      if (!withoutRootCa.contains(ns)) publishRootCa(ns)
       namespaces.add(ns)
     }
+  }
+
+  /** Namespaces in which [[publishRootCa]] is not run (a cluster whose publisher is off). */
+  private val withoutRootCa = ConcurrentHashMap.newKeySet[String]()
+
+  /** Creates `ns` without its `kube-root-ca.crt` ConfigMap (call before anything uses `ns`). */
+  def ensureNamespaceWithoutRootCa(ns: String): Unit = {
+    withoutRootCa.add(ns)
+    ensureNamespace(ns)
+  }
+
+  /**
+   * What kube-controller-manager's root CA publisher does in every namespace of a real cluster
+   * (this control plane runs no controller manager): the ConfigMap `kube-root-ca.crt` with the
+   * cluster's CA. podsweep reads its UID as the namespace's identity.
+   */
+  def publishRootCa(ns: String): Unit = {
+    val ca = new String(Files.readAllBytes(Paths.get(caFile)), StandardCharsets.UTF_8)
+    ignoreConflict(admin.configMaps().inNamespace(ns).resource(new ConfigMapBuilder()
+      .withNewMetadata().withName("kube-root-ca.crt").endMetadata()
+      .addToData("ca.crt", ca).build()).create())
   }
 
   // Every ServiceAccount of ServersNamespace may do, in every namespace, what a Kyuubi server's
@@ -171,7 +193,10 @@ final class RealKube(
     new PolicyRuleBuilder().withApiGroups("").withResources("pods")
       .withVerbs((Seq("get", "list", "watch") ++ (if (delete) Seq("delete") else Nil)): _*).build(),
     // Kyuubi's own Service informer (its default app URL), not podsweep's.
-    new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build())
+    new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build(),
+    // The namespace's identity, whatever URL reaches the cluster (docs/kyuubi-integration.md).
+    new PolicyRuleBuilder().withApiGroups("").withResources("configmaps").withResourceNames("kube-root-ca.crt")
+      .withVerbs("get").build())
 
   /**
    * A token of ServiceAccount `sa` in `namespace` (created when absent) from the TokenRequest API,

@@ -244,8 +244,9 @@ object KyuubiProcess {
     if (op.getClass.getName == "org.podsweep.kyuubi.PodsweepCleanupOperation")
       call(op, "podSweeper").asInstanceOf[Option[AnyRef]]
     else field(op, _.getType.getName == "org.apache.kyuubi.engine.KubernetesPodsweep") match {
-      // The patch keeps its PodSweeper in KubernetesPodsweep (field `podsweep` of the class).
-      case Some(support) => field(support, _.getName == "sweeper")
+      // The patch keeps its PodSweeper in KubernetesPodsweepLink (field `link` of the class's
+      // field `podsweep`; null when podsweep is off or did not start).
+      case Some(support) => field(support, _.getName.endsWith("link")).flatMap(field(_, _.getName.endsWith("sweeper")))
       case None => field(op, _.getName.endsWith("podSweeper"))
     }
 
