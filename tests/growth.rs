@@ -37,6 +37,43 @@ async fn a_follower_forgets_due_pods_the_leader_deleted() {
     );
 }
 
+/// Issue 25, item 2: under kind NONE (Kyuubi's default) a follower that Kyuubi handed 20 pods to
+/// delete at once (CANCELED batches, `dueNow` on every server) forgets each when its DELETE event
+/// arrives (the leader deleted it), so when this server leads later it sends nothing. Before, the
+/// engine dropped every event of a NONE scope: the follower kept 20 due records, and its takeover
+/// DELETEd 20 pods long gone (20 x 404).
+#[tokio::test(start_paused = true)]
+async fn under_kind_none_a_follower_forgets_pods_it_was_told_to_delete_at_once() {
+    start();
+    let mut f = Fixture::new("NONE").await;
+    for i in 0..20 {
+        let obs = f.pod(&format!("c{i}"), EventKind::Update, AppState::Running, None);
+        assert!(f
+            .engine
+            .due_now(f.scope.clone(), obs, "its batch was canceled")
+            .unwrap());
+    }
+    f.settle().await;
+    assert_eq!(f.status()["tracked"], 20, "{}", f.status());
+    assert_eq!(f.status()["due"], 20, "{}", f.status());
+    // The leader (another server) deletes them: their DELETE events arrive here.
+    for i in 0..20 {
+        f.observe(f.pod(&format!("c{i}"), EventKind::Delete, AppState::Running, None));
+    }
+    f.settle().await;
+    assert_eq!(f.status()["tracked"], 0, "{}", f.status());
+    assert_eq!(f.status()["due"], 0);
+    // A running pod's events still start nothing under NONE.
+    f.observe(f.pod("other", EventKind::Update, AppState::Finished, Some(600)));
+    f.settle().await;
+    assert_eq!(f.status()["tracked"], 0);
+    f.lead().await;
+    assert!(
+        f.next_delete(Duration::from_secs(60)).await.is_none(),
+        "a takeover sends nothing for pods already gone"
+    );
+}
+
 /// Item 11: a scope with nothing tracked for the idle time releases its election (and client)
 /// and comes back on its next event; a scope that still tracks a pod is kept.
 #[tokio::test(start_paused = true)]

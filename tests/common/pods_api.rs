@@ -336,6 +336,11 @@ impl PodsApi {
     }
 }
 
+/// The UID of namespace `ns`'s `kube-root-ca.crt` ConfigMap on this API server.
+pub fn root_ca_uid(ns: &str) -> String {
+    format!("root-ca-of-{ns}")
+}
+
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after `within`.
 pub async fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
     let t0 = tokio::time::Instant::now();
@@ -548,6 +553,14 @@ async fn handle(
                 )
             }
         }
+        // What kube-controller-manager's root CA publisher leaves in every namespace of a real
+        // cluster: podsweep reads its UID as the namespace's identity (its election key).
+        (Method::GET, ["api", "v1", "namespaces", ns, "configmaps", "kube-root-ca.crt"]) => full(
+            StatusCode::OK,
+            &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
+                                 "uid": root_ca_uid(ns)}}),
+        ),
         (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
             let opts: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let uid = opts["preconditions"]["uid"].as_str().map(str::to_owned);
