@@ -155,7 +155,10 @@ impl Coordinator {
             let named = resolve(&conf, &scope_of(i)).expect("the scope's cluster");
             let ns = named.namespace.clone().unwrap_or_default();
             Scope::new(
-                Some(&format!("{NAMESPACE_UID_PREFIX}{}", common::pods_api::root_ca_uid(&ns))),
+                Some(&format!(
+                    "{NAMESPACE_UID_PREFIX}{}",
+                    common::pods_api::root_ca_uid(&ns)
+                )),
                 Some(&ns),
             )
         };

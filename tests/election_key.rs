@@ -92,7 +92,10 @@ async fn two_urls_of_one_cluster_campaign_under_one_key() {
     let keys = backend.0.lock().unwrap().clone();
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert_eq!(keys[0], keys[1], "one election for one namespace");
-    assert_eq!(keys[0], Scope::new(Some("ns-uid:uid-of-spark"), Some("spark")));
+    assert_eq!(
+        keys[0],
+        Scope::new(Some("ns-uid:uid-of-spark"), Some("spark"))
+    );
     for e in [&by_ip, &by_name] {
         let st = status(e, &scope);
         assert_eq!(st["election_scope"], "ns-uid:uid-of-spark:spark", "{st}");
@@ -169,5 +172,50 @@ async fn an_identity_not_readable_yet_is_a_pause_then_the_campaign_starts() {
         [Scope::new(Some("ns-uid:uid-1"), Some("spark"))]
     );
     assert_eq!(status(&e, &scope)["paused"], false);
+    e.close_async(Duration::from_secs(1)).await;
+}
+
+/// Scopes that alias (two of Kyuubi's `KubernetesInfo` naming one cluster and namespace) share
+/// one task and one election; each is reported under its own name, whichever sent the first
+/// event, so a scope's name (status, Kyuubi's metric names) is the same on every server.
+#[tokio::test(start_paused = true)]
+async fn aliasing_scopes_are_each_reported_under_their_own_name() {
+    start();
+    let backend = Keys::default();
+    let ids: IdentitySource = Arc::new(|_| Box::pin(async { Ok("uid-7".to_owned()) }));
+    let conf = [
+        (keys::CLEANUP_KIND, "ALL"),
+        ("kyuubi.kubernetes.master.address", "https://api:6443"),
+        ("kyuubi.kubernetes.prod.master.address", "https://api:6443"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let e = Engine::with_parts(
+        Settings::from_map(conf).unwrap(),
+        "server",
+        Arc::new(backend.clone()),
+        common::fixture::no_deleters(),
+        Clock::System,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap()
+    .with_namespace_identities(ids);
+    let named = Scope::new(Some("prod"), Some("spark"));
+    let bare = Scope::new(None, Some("spark"));
+    let obs = common::fixture::observation("p", EventKind::Update, AppState::Running);
+    // The context-named alias sends first here; another server may see the bare one first.
+    e.observe(named.clone(), obs.clone()).unwrap();
+    e.observe(bare.clone(), obs).unwrap();
+    settle().await;
+    assert_eq!(backend.0.lock().unwrap().len(), 1, "one task, one election");
+    let all: Vec<Value> = serde_json::from_str(&e.status_all_json()).unwrap();
+    let names: Vec<&str> = all.iter().map(|s| s["scope"].as_str().unwrap()).collect();
+    assert_eq!(names, ["<default context>:spark", "prod:spark"], "{all:?}");
+    assert!(all
+        .iter()
+        .all(|s| s["election_scope"] == "ns-uid:uid-7:spark"));
+    assert_eq!(status(&e, &bare)["scope"], "<default context>:spark");
+    assert_eq!(status(&e, &named)["scope"], "prod:spark");
     e.close_async(Duration::from_secs(1)).await;
 }

@@ -498,7 +498,10 @@ fn check(sites: Vec<Site>, _text: &str, headings: &[String]) -> Vec<String> {
                 s.at, s.key
             ));
         } else if !headings.iter().any(|h| h.contains(&s.key)) {
-            missing.push(format!("{}: no runbook entry (a heading and its lead) quotes '{}'", s.at, s.key));
+            missing.push(format!(
+                "{}: no runbook entry (a heading and its lead) quotes '{}'",
+                s.at, s.key
+            ));
         }
     }
     missing

@@ -205,7 +205,7 @@ impl Engine {
         let source = kube_source(settings.raw.clone());
         let watch_source = watch::kube_clients(settings.raw.clone());
         let identities = kube_identities(settings.raw.clone());
-        let mut engine = Self::assemble(
+        Self::assemble(
             settings,
             identity,
             backend,
@@ -213,13 +213,13 @@ impl Engine {
             watch_source,
             Clock::System,
             rt,
-        )?;
-        engine.identities = Some(identities);
-        Ok(engine)
+            Some(identities),
+        )
     }
 
     /// Reads each scope's namespace identity with `identities` (its election key; an engine
-    /// with injected parts elects each scope under its API server URL otherwise).
+    /// with injected parts elects each scope under its API server URL otherwise). Scopes started
+    /// before (self-watch mode's configured scopes start with the engine) keep their key.
     pub fn with_namespace_identities(mut self, identities: IdentitySource) -> Self {
         self.identities = Some(identities);
         self
@@ -266,9 +266,11 @@ impl Engine {
             watch_source,
             clock,
             rt,
+            None,
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         settings: Settings,
         identity: Identity,
@@ -277,6 +279,7 @@ impl Engine {
         watch_source: watch::ClientSource,
         clock: Clock,
         rt: tokio::runtime::Handle,
+        identities: Option<IdentitySource>,
     ) -> Result<Self, EngineError> {
         let server_id = identity.current();
         if server_id.trim().is_empty() {
@@ -330,7 +333,7 @@ impl Engine {
             scopes: Arc::default(),
             keys: RwLock::default(),
             kubeconfig: kube_client::read_kubeconfig(),
-            identities: None,
+            identities,
             refused: RwLock::default(),
             interned: Arc::default(),
             next_id: AtomicU64::new(1),

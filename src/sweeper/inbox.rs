@@ -318,11 +318,15 @@ mod tests {
     fn of_two_terminal_states_the_first_is_kept() {
         let (inbox, mut rx, pods, _) = inbox();
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(30);
-        inbox.observe(obs(A, EventKind::Update, AppState::Failed), None).unwrap();
+        inbox
+            .observe(obs(A, EventKind::Update, AppState::Failed), None)
+            .unwrap();
         let mut finished = obs(A, EventKind::Update, AppState::Finished);
         finished.terminated_at = Some(at);
         inbox.observe(finished, None).unwrap();
-        let Ok(Command::Pod(k)) = rx.try_recv() else { panic!("a token") };
+        let Ok(Command::Pod(k)) = rx.try_recv() else {
+            panic!("a token")
+        };
         let last = pods.take(&k).and_then(|e| e.last).expect("an event");
         assert_eq!(last.state, AppState::Failed);
         assert_eq!(last.terminated_at, Some(at));

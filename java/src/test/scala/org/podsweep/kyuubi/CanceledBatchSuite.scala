@@ -3,6 +3,7 @@ package org.podsweep.kyuubi
 import java.nio.file.{Files, Path}
 import java.util.UUID
 
+import io.fabric8.kubernetes.api.model.PodBuilder
 import io.fabric8.kubernetes.client.KubernetesClient
 import org.podsweep.testkit.{HaBackend, KyuubiHome, KyuubiPods, KyuubiServer, RealKube}
 import org.scalatest.concurrent.Eventually._
@@ -44,12 +45,16 @@ class CanceledBatchSuite extends AnyFunSuite {
     }
   }
 
-  /** Cancels a batch, then creates its (running) driver pod; returns the pod's name. */
+  /**
+   * Cancels a batch, then creates its driver pod (pending: Kyuubi deletes it at once, so a
+   * kubelet's status write could find it gone); returns the pod's name.
+   */
   private def canceledBatchPod(fleet: Seq[KyuubiServer], ns: String, i: Int = 0): String = {
     val tag = UUID.randomUUID().toString
     fleet.head.cancelBatch(tag)
-    val pod = kube.createPod(admin, ns, KyuubiPods.driver(f"canceled-$ns-$i%02d", tag = tag))
-    pod.getMetadata.getName
+    val pending = new PodBuilder(KyuubiPods.driver(f"canceled-$ns-$i%02d", tag = tag))
+      .editOrNewStatus().withPhase("Pending").endStatus().build()
+    kube.createPod(admin, ns, pending).getMetadata.getName
   }
 
   /**
