@@ -25,8 +25,14 @@
 //!   running pod was last seen handed on with its terminal event; `observed_known` counts them.
 //! * Scopes that name the same cluster and namespace ([`kube_client::resolve`]: `(None, ns)` and
 //!   `(ctx, ns)` when `ctx` is the default context, two contexts on one API server) are served by
-//!   one task with one election, keyed by what they resolve to; its status carries that key as
-//!   `election_scope`. A scope whose cluster cannot be told is elected on its own name (a WARN).
+//!   one task; its election runs under the namespace's identity (the UID of its
+//!   `kube-root-ca.crt` ConfigMap, read when the task starts), so servers that reach the cluster
+//!   by different URLs elect one leader; its status carries that key as `election_scope`, and
+//!   each scope is reported under its own name. A scope whose identity cannot be read is elected
+//!   under its URL, one whose cluster cannot be told under its own name (a WARN each).
+//! * Under cleanup kind NONE (Kyuubi's default) only the pods handed to [`Engine::due_now`] are
+//!   tracked, and their DELETE events (or deletion timestamps) still reach the task, so a
+//!   follower forgets a pod the leader deleted.
 //! * Every task of a scope (cleanup loop, election, pod watch) is supervised: a panic is logged,
 //!   reported in the scope's health with the reason, and the task runs again after a backoff.
 //! * [`Engine::close`] deletes nothing; it stops every scope task and releases leadership.
