@@ -64,8 +64,11 @@ pub const UNHEALTHY_THROTTLED: u64 = 64;
 pub const UNHEALTHY_WATCH_CANNOT_LIST: u64 = 128;
 /// The scope's Kubernetes client cannot be built: nothing can be deleted.
 pub const UNHEALTHY_NO_CLIENT: u64 = 256;
+/// The namespace's identity (the election key) could not be read for `ha.leaderlessAlertAfter`:
+/// the scope does not campaign, as the API server cannot be reached.
+pub const UNHEALTHY_NO_IDENTITY: u64 = 512;
 /// How many `UNHEALTHY_*` bits there are.
-const UNHEALTHY_BITS: usize = 9;
+const UNHEALTHY_BITS: usize = 10;
 
 /// Upper bound of lag bucket `k`, in seconds.
 fn lag_bound(k: usize) -> f64 {
@@ -129,10 +132,8 @@ impl ScopeMetrics {
                 self.is_unhealthy(UNHEALTHY_WATCH_FAILING | UNHEALTHY_WATCH_CANNOT_LIST)
             }
             PauseKind::RetryAfter => self.is_unhealthy(UNHEALTHY_THROTTLED),
-            PauseKind::Backoff
-            | PauseKind::ServerIdPending
-            | PauseKind::ClusterIdentity
-            | PauseKind::ListPacing => false,
+            PauseKind::Backoff | PauseKind::ServerIdPending | PauseKind::ListPacing => false,
+            PauseKind::ClusterIdentity => self.is_unhealthy(UNHEALTHY_NO_IDENTITY),
         }
     }
 

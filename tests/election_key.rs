@@ -46,11 +46,21 @@ impl Backend for Keys {
 }
 
 fn engine(url: &str, backend: &Keys, identities: IdentitySource) -> Engine {
+    engine_with(url, backend, identities, &[])
+}
+
+fn engine_with(
+    url: &str,
+    backend: &Keys,
+    identities: IdentitySource,
+    extra: &[(&str, &str)],
+) -> Engine {
     let conf = [
         (keys::CLEANUP_KIND, "ALL"),
         ("kyuubi.kubernetes.master.address", url),
     ]
     .iter()
+    .chain(extra.iter())
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     Engine::with_parts(
@@ -141,32 +151,60 @@ async fn an_identity_not_readable_yet_is_a_pause_then_the_campaign_starts() {
     let ids: IdentitySource = Arc::new(move |_| {
         let n = c.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
-            if n < 2 {
+            if n < 3 {
                 Err(IdentityError::Transient("connection refused".into()))
             } else {
                 Ok("uid-1".to_owned())
             }
         })
     });
-    let e = engine("https://127.0.0.1:6443", &backend, ids);
+    let e = engine_with(
+        "https://127.0.0.1:6443",
+        &backend,
+        ids,
+        &[(keys::LEADERLESS_ALERT, "PT2S")],
+    );
     let scope = Scope::new(None, Some("spark"));
     let obs = common::fixture::observation("p", EventKind::Update, AppState::Running);
     e.observe(scope.clone(), obs).unwrap();
     settle().await;
     let st = status(&e, &scope);
     assert_eq!(st["pause_reason"], "cluster_identity", "{st}");
+    assert_eq!(
+        st["healthy"], true,
+        "not before ha.leaderlessAlertAfter: {st}"
+    );
     assert!(st["paused_until_ms"].as_u64().is_some(), "an end: {st}");
     assert!(st["pause_detail"]
         .as_str()
         .unwrap()
         .contains("connection refused"));
     assert!(backend.0.lock().unwrap().is_empty(), "no campaign yet");
-    // 1 s, then 2 s: the third read works and the scope campaigns.
-    for _ in 0..4 {
+    // Reads 1 s, 2 s, 4 s apart: the fourth works and the scope campaigns.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    settle().await;
+    // The second read fails 1 s later: not yet unhealthy (ha.leaderlessAlertAfter is 2 s).
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(status(&e, &scope)["healthy"], true);
+    // The third, 2 s after that: unhealthy, with the reason.
+    for _ in 0..2 {
         tokio::time::advance(Duration::from_secs(1)).await;
         settle().await;
     }
     assert_eq!(calls.load(Ordering::SeqCst), 3);
+    let st = status(&e, &scope);
+    assert_eq!(st["healthy"], false, "{st}");
+    assert!(st["health_reason"]
+        .as_str()
+        .unwrap()
+        .contains("has not told which cluster the scope is in"));
+    // The fourth, 4 s later, works: healthy, and the scope campaigns.
+    for _ in 0..4 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert_eq!(status(&e, &scope)["healthy"], true);
     assert_eq!(
         backend.0.lock().unwrap().clone(),
         [Scope::new(Some("ns-uid:uid-1"), Some("spark"))]

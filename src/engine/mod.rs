@@ -736,6 +736,7 @@ impl Engine {
                 scope.clone(),
                 key.clone(),
                 metrics.clone(),
+                self.sweeper_cfg.leaderless_alert,
             ),
             self.identity.clone(),
             metrics.clone(),
@@ -894,16 +895,22 @@ fn election_key(
     scope: Scope,
     key: Scope,
     metrics: Arc<ScopeMetrics>,
+    alert_after: Duration,
 ) -> ElectionKey {
     let Some(identities) = identities.filter(|_| backend.name() != "local") else {
         return Box::pin(std::future::ready(key));
     };
     Box::pin(async move {
         let mut backoff = Backoff::exact(Duration::from_secs(1), Duration::from_secs(60));
+        let since = tokio::time::Instant::now();
+        let settled = |metrics: &ScopeMetrics| {
+            metrics.pauses.close(PauseKind::ClusterIdentity);
+            metrics.clear_unhealthy(crate::metrics::UNHEALTHY_NO_IDENTITY);
+        };
         loop {
             match identities(scope.clone()).await {
                 Ok(uid) => {
-                    metrics.pauses.close(PauseKind::ClusterIdentity);
+                    settled(&metrics);
                     let id = format!("{}{uid}", kube_client::NAMESPACE_UID_PREFIX);
                     info!(
                         scope = %scope,
@@ -914,7 +921,7 @@ fn election_key(
                     return Scope::new(Some(&id), key.namespace.as_deref());
                 }
                 Err(kube_client::IdentityError::Unreadable(why)) => {
-                    metrics.pauses.close(PauseKind::ClusterIdentity);
+                    settled(&metrics);
                     warn!(
                         scope = %scope,
                         "Scope {scope}: cannot read which cluster it is in ({why}); it is elected \
@@ -927,6 +934,17 @@ fn election_key(
                 }
                 Err(kube_client::IdentityError::Transient(why)) => {
                     let wait = backoff.next_delay();
+                    let waited = since.elapsed();
+                    if waited >= alert_after {
+                        metrics.set_unhealthy(
+                            crate::metrics::UNHEALTHY_NO_IDENTITY,
+                            &format!(
+                                "the API server has not told which cluster the scope is in for \
+                                 {}s: {why}; the scope does not campaign until it does",
+                                waited.as_secs()
+                            ),
+                        );
+                    }
                     metrics.pauses.open(
                         PauseKind::ClusterIdentity,
                         Some(tokio::time::Instant::now() + wait),

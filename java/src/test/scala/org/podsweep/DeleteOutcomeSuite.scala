@@ -3,7 +3,7 @@ package org.podsweep
 import java.net.ServerSocket
 import java.util.UUID
 
-import org.podsweep.testkit.{KubeAndZk, LogCapture, LogRecord}
+import org.podsweep.testkit.{DeleteFaults, KubeAndZk, LogCapture, LogRecord}
 import org.scalatest.concurrent.Eventually
 import org.scalatest.funsuite.AnyFunSuite
 import org.scalatest.time.SpanSugar._
@@ -92,29 +92,51 @@ class DeleteOutcomeSuite extends AnyFunSuite with KubeAndZk with Eventually {
     }
   }
 
-  test("(e) a transport failure (closed port behind a per-context master.address) leaves a WARN/ERROR line") {
-    val port = { val s = new ServerSocket(0); try s.getLocalPort finally s.close() }
-    val ctx = "deadctx"
+  test("(e) a transport failure (the connection closed without an answer) leaves a WARN/ERROR line") {
     val ns = unique("e-transport")
-    val conf = kyuubiConf("server-e", unique("ha-e"),
-      extra = Map(s"kyuubi.kubernetes.$ctx.master.address" -> s"http://127.0.0.1:$port"))
     val logs = new LogCapture
-    val sweeper = PodSweeper.create(toJava(conf), "server-e:10009")
+    // Every DELETE of the namespace is read, then its connection closed (the rest of the API works).
+    kube.injectDeleteFaults(new DeleteFaults(throttledShare = 0.0, unavailableShare = 0.0,
+      disconnectShare = 0.999, forbiddenForMs = 0L, namespaces = _ == ns))
+    val sweeper = PodSweeper.create(kyuubiConfJava("server-e", unique("ha-e")), "server-e:10009")
     try {
-      observeTerminated(sweeper, ctx, ns, "unreachable")
-      def context = s"status ${status(sweeper, ctx, ns)}; native records:${show(logs.records)}"
+      observeTerminated(sweeper, null, ns, "unreachable")
+      def context = s"status ${status(sweeper, null, ns)}; native records:${show(logs.records)}"
       eventually {
         val lines = logs.records.filter(r => r.warnOrError && r.message.contains("unreachable"))
         assert(lines.nonEmpty, s"no WARN/ERROR line naming the pod: $context")
         val text = lines.map(_.message.toLowerCase).mkString("\n")
-        assert(Seq("refused", "connect", "transport", "tcp").exists(text.contains), s"no transport error: $context")
+        assert(Seq("transport", "connect", "closed", "reset").exists(text.contains), s"no transport error: $context")
       }
-      assert(status(sweeper, ctx, ns).outcome("transport") >= 1)
-      // The mock at the default master address never saw it.
+      assert(status(sweeper, null, ns).outcome("transport") >= 1)
+    } finally {
+      kube.clearDeleteFaults()
+      sweeper.close()
+      logs.close()
+    }
+  }
+
+  test("(e) a scope whose API server cannot be reached (a closed port) does not campaign: paused, then unhealthy") {
+    val port = { val s = new ServerSocket(0); try s.getLocalPort finally s.close() }
+    val ctx = "deadctx"
+    val ns = unique("e-unreachable")
+    val conf = kyuubiConf("server-e", unique("ha-e"), extra = Map(
+      s"kyuubi.kubernetes.$ctx.master.address" -> s"http://127.0.0.1:$port",
+      "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter" -> "PT3S"))
+    val sweeper = PodSweeper.create(toJava(conf), "server-e:10009")
+    try {
+      observeTerminated(sweeper, ctx, ns, "unreachable")
+      val st = eventually {
+        val st = status(sweeper, ctx, ns)
+        assert(st.pauseReason == "cluster_identity" && st.fields().get("healthy") == java.lang.Boolean.FALSE, st)
+        st
+      }
+      val text = st.json().toLowerCase
+      assert(text.contains("connect"), s"the cause is quoted: $st")
+      assert(st.leadership != "LEADING" && st.deletesSent == 0, st)
       assert(kube.podDeletes(ns).isEmpty)
     } finally {
       sweeper.close()
-      logs.close()
     }
   }
 

@@ -37,6 +37,9 @@ object MockKube {
   // connection closed without a request (pooled connections, injected disconnects); keep it quiet.
   private val julQuiet = java.util.logging.Logger.getLogger(classOf[MockWebServer].getName)
   julQuiet.setLevel(java.util.logging.Level.SEVERE)
+
+  /** `/api/v1/namespaces/<ns>/configmaps/kube-root-ca.crt`. */
+  private val RootCaPath = "/api/v1/namespaces/([^/]+)/configmaps/kube-root-ca\\.crt".r
 }
 
 object Recorded {
@@ -68,7 +71,7 @@ final class MockKube extends TestApi {
           case _ => None
         }
       }
-      val response = fault.map(faultResponse).getOrElse(mixed.dispatch(request))
+      val response = fault.map(faultResponse).orElse(rootCa(request)).getOrElse(mixed.dispatch(request))
       // "HTTP/1.1 404 Client Error" -> 404
       val answered = Option(response.getStatus).map(_.split(" ")).filter(_.length > 1)
         .flatMap(p => scala.util.Try(p(1).toInt).toOption).getOrElse(0)
@@ -80,6 +83,19 @@ final class MockKube extends TestApi {
     }
     override def shutdown(): Unit = mixed.shutdown()
   }
+
+  /**
+   * What kube-controller-manager's root CA publisher leaves in every namespace of a real cluster:
+   * the ConfigMap `kube-root-ca.crt`, whose UID podsweep reads as the namespace's identity (the
+   * CRUD store would answer 404 for a namespace no test wrote it to).
+   */
+  private def rootCa(request: RecordedRequest): Option[MockResponse] =
+    MockKube.RootCaPath.unapplySeq(Option(request.getPath).getOrElse("").takeWhile(_ != '?')) match {
+      case Some(List(ns)) if request.getMethod == "GET" =>
+        Some(new MockResponse().setResponseCode(200).setHeader("Content-Type", "application/json").setBody(
+          s"""{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-root-ca.crt","namespace":"$ns","uid":"root-ca-of-$ns"}}"""))
+      case _ => None
+    }
 
   @volatile private var faults: Option[DeleteFaults] = None
 
