@@ -19,9 +19,12 @@ class CloseSuite extends AnyFunSuite with Eventually {
 
   test("observe, isClosed and isLeader do not wait for a slow native close") {
     val zk = new TestingServer(true)
+    // An API server that answers (a leader campaigns only once it has read which cluster and
+    // namespace it cleans); no DELETE is due in this test.
+    val api = new org.podsweep.testkit.MockKube
     try {
       val conf = Map(
-        "kyuubi.kubernetes.master.address" -> "http://127.0.0.1:9",
+        "kyuubi.kubernetes.master.address" -> api.url,
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind" -> "ALL",
         "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> "PT1H",
         "kyuubi.ha.addresses" -> zk.getConnectString,
@@ -48,6 +51,9 @@ class CloseSuite extends AnyFunSuite with Eventually {
       s.close() // a second close returns at once too
       closer.join(TimeUnit.SECONDS.toMillis(30))
       assert(!closer.isAlive)
-    } finally zk.close()
+    } finally {
+      zk.close()
+      api.close()
+    }
   }
 }

@@ -15,7 +15,8 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
 
   private val perScope = Seq("leader", "leadership_transitions", "leaderless_ms", "tracked", "scheduled", "due",
     "inflight", "retries", "cancelled", "oldest_overdue_ms", "deletes.sent", "healthy", "lag.count",
-    "lag.p50_seconds", "lag.p99_seconds", "lag.max_seconds", "paused", "pause_ms", "paused_until_ms", "restarts") ++
+    "lag.p50_seconds", "lag.p99_seconds", "lag.max_seconds", "paused", "pause_ms", "paused_until_ms", "restarts",
+    "queued", "queued_max") ++
     PodsweepMetricSet.OUTCOMES.asScala.map("deletes." + _) ++ PodsweepMetricSet.PAUSES.asScala.map(r => s"pause.${r}_ms")
 
   private def value(r: MetricRegistry, name: String): Any = {

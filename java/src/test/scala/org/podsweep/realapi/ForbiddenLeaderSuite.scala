@@ -44,7 +44,11 @@ class ForbiddenLeaderSuite extends AnyFunSuite {
     admin.rbac().clusterRoles().resource(new ClusterRoleBuilder().withNewMetadata().withName(role).endMetadata()
       .withRules(
         new PolicyRuleBuilder().withApiGroups("").withResources("pods").withVerbs("get", "list", "watch").build(),
-        new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build())
+        new PolicyRuleBuilder().withApiGroups("").withResources("services").withVerbs("get", "list", "watch").build(),
+        // The namespace's identity, as every server of the fleet reads it (else it would elect
+        // under its URL, apart from the others).
+        new PolicyRuleBuilder().withApiGroups("").withResources("configmaps").withResourceNames("kube-root-ca.crt")
+          .withVerbs("get").build())
       .build()).createOr(_.update())
     admin.rbac().roleBindings().inNamespace(ns).resource(new RoleBindingBuilder()
       .withNewMetadata().withName(role).withNamespace(ns).endMetadata()

@@ -36,9 +36,10 @@ class RbacSuite extends AnyFunSuite {
   private val podVerbs = Seq("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 
   /**
-   * With `sa`'s token: exactly get/list/watch/delete on pods in `spark`, and the denials below;
-   * the rules review of `spark` holds no other resource rule than that one (and the self reviews
-   * every authenticated user has).
+   * With `sa`'s token: exactly get/list/watch/delete on pods in `spark` and get on the ConfigMap
+   * kube-root-ca.crt, and the denials below (any other ConfigMap among them); the rules review of
+   * `spark` holds no other resource rule than those two (and the self reviews every
+   * authenticated user has).
    */
   private def checkGrants(sa: KubernetesClient, spark: String, saNamespace: String, other: String): Unit = {
     val allowed = podVerbs.filter(v => can(sa, v, "pods", spark))
@@ -69,15 +70,21 @@ class RbacSuite extends AnyFunSuite {
     assert(wrongly.isEmpty, s"allowed although not needed: $wrongly")
     val selfReviews = Set("authorization.k8s.io", "authentication.k8s.io")
     val extra = rules(sa, spark).filterNot(r => r.getApiGroups.asScala.forall(selfReviews))
-    assert(extra.size == 1, extra)
-    val r = extra.head
+    assert(extra.size == 2, extra)
+    val (podRules, identity) = extra.partition(_.getResources.asScala == Seq("pods"))
+    val r = podRules.head
     assert(r.getApiGroups.asScala == Seq("") && r.getResources.asScala == Seq("pods") &&
       r.getVerbs.asScala.toSet == Set("get", "list", "watch", "delete") &&
       Option(r.getResourceNames).forall(_.isEmpty), r)
-    info(s"allowed in $spark: pods ${allowed.mkString("/")}; ${denied.size} other requests denied")
+    // The namespace's identity: get on the one ConfigMap Kubernetes publishes, nothing more.
+    val c = identity.head
+    assert(c.getApiGroups.asScala == Seq("") && c.getResources.asScala == Seq("configmaps") &&
+      c.getVerbs.asScala == Seq("get") && c.getResourceNames.asScala == Seq("kube-root-ca.crt"), c)
+    info(s"allowed in $spark: pods ${allowed.mkString("/")}, get configmaps/kube-root-ca.crt; " +
+      s"${denied.size} other requests denied")
   }
 
-  test("docs/daemon.md section 4: its ServiceAccount, Role and RoleBinding grant pods get/list/watch/delete in the Spark namespace, nothing else") {
+  test("docs/daemon.md section 4: its ServiceAccount, Role and RoleBinding grant pods get/list/watch/delete and get configmaps/kube-root-ca.crt in the Spark namespace, nothing else") {
     needKube()
     val ns = Map("kyuubi" -> "rbac-daemon-kyuubi", "spark" -> "rbac-daemon-spark")
     val other = "rbac-daemon-other"
@@ -99,7 +106,7 @@ class RbacSuite extends AnyFunSuite {
     try checkGrants(client, ns("spark"), ns("kyuubi"), other) finally client.close()
   }
 
-  test("docs/kyuubi-integration.md section 5: the kubectl apply heredoc and create rolebinding grant pods get/list/watch/delete, nothing else") {
+  test("docs/kyuubi-integration.md section 5: the kubectl apply heredoc and create rolebinding grant pods get/list/watch/delete and get configmaps/kube-root-ca.crt, nothing else") {
     needKube()
     val ns = Map("spark-jobs" -> "rbac-kyuubi-spark", "kyuubi" -> "rbac-kyuubi-kyuubi")
     val other = "rbac-kyuubi-other"
