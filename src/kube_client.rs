@@ -163,7 +163,8 @@ pub const NAMESPACE_UID_PREFIX: &str = "ns-uid:";
 #[derive(Debug, Error)]
 pub enum IdentityError {
     /// The API server answered that it will not tell (403: the RBAC rule is missing; 404: the
-    /// ConfigMap is not published): the caller falls back, with a WARN.
+    /// ConfigMap is not published; another 4xx but 408 and 429): the caller falls back, with a
+    /// WARN.
     #[error("{0}")]
     Unreadable(String),
     /// No answer yet (the client cannot be built, the server cannot be reached, 5xx, 429): ask
@@ -186,7 +187,11 @@ pub async fn namespace_identity(conf: &HashMap<String, String>) -> Result<String
         Ok(meta) => meta.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| {
             IdentityError::Unreadable(format!("{ns}/{ROOT_CA_CONFIGMAP} has no UID"))
         }),
-        Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {
+        // 403 (no RBAC rule), 404 (not published) or another refusal that asking again will not
+        // change; a timeout (408) or a throttle (429) will.
+        Err(kube::Error::Api(status))
+            if (400..500).contains(&status.code) && status.code != 408 && status.code != 429 =>
+        {
             Err(IdentityError::Unreadable(format!(
                 "GET configmaps/{ROOT_CA_CONFIGMAP} in namespace {ns}: HTTP {} {}",
                 status.code, status.message

@@ -180,6 +180,16 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
         case Some(ApiFault.Slow(ms)) => Thread.sleep(ms)
         case None =>
       }
+      path match {
+        // What kube-controller-manager's root CA publisher leaves in every namespace of a real
+        // cluster: podsweep reads its UID as the namespace's identity (its election key).
+        case PodsApi.RootCaPath(n) if method == "GET" =>
+          record(200, fault)
+          reply(ex, 200, s"""{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-root-ca.crt",""" +
+            s""""namespace":"$n","uid":"root-ca-of-$n"}}""")
+          return
+        case _ =>
+      }
       if (!PodsPath.pattern.matcher(path).matches()) {
         record(405, fault)
         reply(ex, 405, status(405, "MethodNotAllowed", s"$method $path is not served here"))
@@ -417,6 +427,7 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
 
 object PodsApi {
   private val PodsPath = "^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/([^/]+))?$".r
+  private val RootCaPath = "^/api/v1/namespaces/([^/]+)/configmaps/kube-root-ca\\.crt$".r
 
   /** A watch event at resourceVersion `rv`, already encoded as one line of a watch stream. */
   private final case class Event(rv: Long, namespace: String, labels: Map[String, String], json: String)
