@@ -231,7 +231,7 @@ object Demo {
     a.out.foreach(write(_, text))
     a.reportDir.foreach { d =>
       write(new File(d, "report.txt"), text)
-      write(new File(d, "timeline.svg"), TimelineSvg.render(s"podsweep demo: ${parameters(a, apiServer)}", b, p))
+      write(new File(d, "timeline.svg"), TimelineSvg.render(s"podsweep demo: ${parameters(a, apiServer)}", b, p, apiServer))
       progress(s"report written to ${new File(d, "report.txt")} and ${new File(d, "timeline.svg")}")
     }
     // A podsweep side on which podsweep never ran (its servers fell back to Kyuubi's own cleanup:
