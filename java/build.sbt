@@ -64,6 +64,8 @@ lazy val root = (project in file("."))
       // Adapters (org.podsweep.metrics, org.podsweep.fabric8): supplied by the Kyuubi server.
       "io.dropwizard.metrics" % "metrics-core" % "4.2.30" % Provided,
       "io.fabric8" % "kubernetes-client-api" % fabric8Version % Provided,
+      // ScopeStatus reads the native status JSON with Jackson; Kyuubi 1.12.0 ships 2.20.1.
+      "com.fasterxml.jackson.core" % "jackson-databind" % "2.20.1" % Provided,
       // Only for Slf4jRoutingSuite's forked JVM (slf4j-simple stays this JVM's provider); 1.3.x is
       // the Java 8 line that is an SLF4J 2 provider (the 1.2.x binding is ignored by slf4j-api 2.x).
       "ch.qos.logback" % "logback-classic" % "1.3.15" % Test,

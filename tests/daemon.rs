@@ -67,15 +67,21 @@ fn read(path: &Path) -> String {
 
 /// `GET path` over HTTP/1.1: status code and body.
 async fn get(url: &str, path: &str) -> (u16, String) {
+    let (code, _, body) = get_with(url, path, "").await;
+    (code, body)
+}
+
+/// GET with extra header lines (each ending in `\r\n`): status, head, body.
+async fn get_with(url: &str, path: &str, headers: &str) -> (u16, String, String) {
     let host = url.strip_prefix("http://").unwrap();
     let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).await.unwrap();
     let (head, body) = reply.split_once("\r\n\r\n").unwrap();
     let code = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (code, body.to_owned())
+    (code, head.to_owned(), body.to_owned())
 }
 
 async fn signal(d: &mut Daemon, sig: &str) -> i32 {
@@ -145,6 +151,25 @@ async fn serves_health_metrics_and_status_and_exits_0_on_sigterm() {
             "missing {line:?} in\n{metrics}"
         );
     }
+    // What Prometheus asks for: OpenMetrics, the same series, `# EOF` last.
+    let (code, head, om) = get_with(
+        &d.url,
+        "/metrics",
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n",
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(
+        om.lines()
+            .any(|x| x == format!("podsweep_watch_streams_total{{{l}}} 1")),
+        "{om}"
+    );
     let (code, _) = get(&d.url, "/nope").await;
     assert_eq!(code, 404);
     assert_eq!(api.open_watches(), 1);

@@ -1,8 +1,16 @@
 //! The daemon's answers: `/healthz` from the scopes' health, `/metrics` in Prometheus' text
-//! exposition format (version 0.0.4), both computed from the engine's status of every scope.
+//! exposition format (version 0.0.4) or OpenMetrics, both computed from the engine's status of
+//! every scope. The formats (names, `HELP` / `TYPE`, escaping, histograms) are the
+//! `prometheus-client` crate's.
 
-use std::fmt::Write;
+use std::fmt;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, text, DescriptorEncoder, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use serde_json::Value;
 
 use crate::pause::PauseKind;
@@ -86,10 +94,37 @@ fn rfc3339(ms: u64) -> String {
         .map_or_else(|| format!("{ms} ms after the epoch"), |t| t.to_string())
 }
 
-/// One metric family: name, type, help, and how to read its value from a scope's status.
+/// The two text formats `/metrics` speaks: Prometheus' (version 0.0.4, the default) and
+/// OpenMetrics 1.0 (when the scraper's `Accept` header asks for `application/openmetrics-text`, as
+/// Prometheus does). Both are written by the `prometheus-client` crate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Prometheus,
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics when `accept` names it, else Prometheus' text format.
+    pub fn from_accept(accept: Option<&str>) -> Self {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Prometheus,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// A gauge or counter read from a scope's status. Counters are named without `_total`: the
+/// encoder appends it (`podsweep_restarts` is exposed as `podsweep_restarts_total`).
 struct Family {
     name: &'static str,
-    kind: &'static str,
+    kind: MetricType,
     help: &'static str,
     value: fn(&Value) -> Option<f64>,
 }
@@ -104,247 +139,269 @@ fn num(v: &Value) -> Option<f64> {
 const FAMILIES: &[Family] = &[
     Family {
         name: "podsweep_leader",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "1 while this server leads the scope's cleanup.",
         value: |s| num(&s["leader"]),
     },
     Family {
         name: "podsweep_healthy",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "1 while the scope is healthy.",
         value: |s| num(&s["healthy"]),
     },
     Family {
         name: "podsweep_tracked_pods",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "Terminated driver pods tracked for deletion.",
         value: |s| num(&s["tracked"]),
     },
     Family {
         name: "podsweep_due_pods",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "Tracked pods past their deadline, not deleted yet.",
         value: |s| num(&s["due"]),
     },
     Family {
         name: "podsweep_inflight_deletes",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "DELETE requests in flight.",
         value: |s| num(&s["inflight"]),
     },
     Family {
         name: "podsweep_oldest_overdue_seconds",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "Age of the oldest pod past its deadline.",
         value: |s| s["oldest_overdue_ms"].as_f64().map(|ms| ms / 1000.0),
     },
     Family {
         name: "podsweep_queued_commands",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "Events and commands waiting in the scope task's queue.",
         value: |s| num(&s["queued"]),
     },
     Family {
-        name: "podsweep_restarts_total",
-        kind: "counter",
+        name: "podsweep_restarts",
+        kind: MetricType::Counter,
         help: "Restarts of the scope's tasks (cleanup, election, pod watch) after a failure.",
         value: |s| num(&s["restarts"]),
     },
     Family {
         name: "podsweep_watching",
-        kind: "gauge",
+        kind: MetricType::Gauge,
         help: "1 while this server holds the scope's pod watch.",
         value: |s| num(&s["watching"]),
     },
     Family {
-        name: "podsweep_watch_streams_total",
-        kind: "counter",
+        name: "podsweep_watch_streams",
+        kind: MetricType::Counter,
         help: "Pod watch lists started (each leadership term's first, and every relist).",
         value: |s| num(&s["watch_streams"]),
     },
     Family {
-        name: "podsweep_watch_errors_total",
-        kind: "counter",
+        name: "podsweep_watch_errors",
+        kind: MetricType::Counter,
         help: "Errors met by the pod watch.",
         value: |s| num(&s["watch_errors"]),
     },
     Family {
-        name: "podsweep_observed_total",
-        kind: "counter",
+        name: "podsweep_observed",
+        kind: MetricType::Counter,
         help: "Driver pod events the scope's task received.",
         value: |s| num(&s["observed"]),
     },
     Family {
-        name: "podsweep_deletes_sent_total",
-        kind: "counter",
+        name: "podsweep_deletes_sent",
+        kind: MetricType::Counter,
         help: "DELETE requests sent.",
         value: |s| num(&s["deletes_sent"]),
     },
     Family {
-        name: "podsweep_leadership_transitions_total",
-        kind: "counter",
+        name: "podsweep_leadership_transitions",
+        kind: MetricType::Counter,
         help: "Changes of this server's leadership state for the scope.",
         value: |s| num(&s["leadership_transitions"]),
     },
 ];
 
-/// Prometheus label value escaping: backslash, double quote, newline.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+type Labels = Vec<(&'static str, String)>;
+
+fn labels(s: &Value) -> Labels {
+    vec![
+        ("context", s["context"].as_str().unwrap_or("").to_owned()),
+        (
+            "namespace",
+            s["namespace"].as_str().unwrap_or("").to_owned(),
+        ),
+    ]
 }
 
-fn labels(s: &Value) -> String {
-    format!(
-        "context=\"{}\",namespace=\"{}\"",
-        escape(s["context"].as_str().unwrap_or("")),
-        escape(s["namespace"].as_str().unwrap_or(""))
-    )
+fn with(mut l: Labels, key: &'static str, value: &str) -> Labels {
+    l.push((key, value.to_owned()));
+    l
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// Every scope's figures, one family at a time.
-pub fn prometheus(scopes: &[Value]) -> String {
-    let mut out = String::new();
-    for f in FAMILIES {
-        header(&mut out, f.name, f.kind, f.help);
-        for s in scopes {
-            if let Some(v) = (f.value)(s) {
-                let _ = writeln!(out, "{}{{{}}} {v}", f.name, labels(s));
-            }
+/// A value as the encoder writes it: whole numbers without a fraction (`130`, not `130.0`).
+fn encode_value(m: &mut MetricEncoder, kind: MetricType, v: f64) -> fmt::Result {
+    let whole = v.fract() == 0.0 && v.abs() < 9.0e15;
+    match (kind, whole) {
+        // Status counters are never negative; a negative one would be a bug, shown as 0.
+        (MetricType::Counter, true) => {
+            m.encode_counter::<NoLabelSet, _, u64>(&(v.max(0.0) as u64), None)
         }
+        (MetricType::Counter, false) => m.encode_counter::<NoLabelSet, _, u64>(&v.max(0.0), None),
+        (_, true) => m.encode_gauge(&(v as i64)),
+        (_, false) => m.encode_gauge(&v),
     }
-    pauses(&mut out, scopes);
-    header(
-        &mut out,
-        "podsweep_delete_outcomes_total",
-        "counter",
-        "DELETE answers by outcome (accepted, already_absent, replaced, forbidden, throttled, server_error, transport, other).",
-    );
-    for s in scopes {
-        if let Some(outcomes) = s["outcomes"].as_object() {
-            for (outcome, n) in outcomes {
-                let _ = writeln!(
-                    out,
-                    "podsweep_delete_outcomes_total{{{},outcome=\"{}\"}} {}",
-                    labels(s),
-                    escape(outcome),
-                    n.as_u64().unwrap_or(0)
-                );
-            }
-        }
-    }
-    header(
-        &mut out,
-        "podsweep_delete_lag_seconds",
-        "histogram",
-        "From a pod's deadline to its accepted DELETE.",
-    );
-    for s in scopes {
-        lag_histogram(&mut out, s);
-    }
-    out
 }
 
-/// The pause families: `podsweep_paused` and `podsweep_pause_seconds` for every kind of pause
-/// (0 when not paused by it, so an alert reads a series that exists), and
-/// `podsweep_pause_until_timestamp_seconds` for each open pause with a known end.
-fn pauses(out: &mut String, scopes: &[Value]) {
-    let open = |s: &Value, kind: &str| -> Option<Value> {
+/// Every scope's status, read at scrape time; `prometheus-client` writes the families.
+#[derive(Debug)]
+struct Scopes(Vec<Value>);
+
+impl Scopes {
+    fn open_pause(s: &Value, kind: &str) -> Option<Value> {
         s["pauses"]
             .as_array()?
             .iter()
             .find(|p| p["reason"] == kind)
             .cloned()
-    };
-    header(
-        out,
-        "podsweep_paused",
-        "gauge",
-        "1 while the scope is held back for this reason (refused, ha_session_lost, step_down_hold, restarting, watch_failing, retry_after, backoff).",
-    );
-    for s in scopes {
-        for k in PauseKind::ALL {
-            let v = u8::from(open(s, k.as_str()).is_some());
-            let _ = writeln!(
-                out,
-                "podsweep_paused{{{},reason=\"{}\"}} {v}",
-                labels(s),
-                k.as_str()
-            );
-        }
     }
-    header(
-        out,
-        "podsweep_pause_seconds",
-        "gauge",
-        "How long the scope's open pause of this reason has lasted (0 when not paused by it).",
-    );
-    for s in scopes {
-        for k in PauseKind::ALL {
-            let secs = open(s, k.as_str())
-                .and_then(|p| p["pause_ms"].as_f64())
-                .unwrap_or(0.0)
-                / 1000.0;
-            let _ = writeln!(
-                out,
-                "podsweep_pause_seconds{{{},reason=\"{}\"}} {secs}",
-                labels(s),
-                k.as_str()
-            );
-        }
-    }
-    header(
-        out,
-        "podsweep_pause_until_timestamp_seconds",
-        "gauge",
-        "When the scope's open pause of this reason ends (Unix time); absent when open-ended or not paused.",
-    );
-    for s in scopes {
-        for k in PauseKind::ALL {
-            if let Some(ms) = open(s, k.as_str()).and_then(|p| p["until_ms"].as_f64()) {
-                let _ = writeln!(
-                    out,
-                    "podsweep_pause_until_timestamp_seconds{{{},reason=\"{}\"}} {}",
-                    labels(s),
-                    k.as_str(),
-                    ms / 1000.0
-                );
+
+    /// `podsweep_paused` and `podsweep_pause_seconds` for every kind of pause (0 when not paused
+    /// by it, so an alert reads a series that exists), and
+    /// `podsweep_pause_until_timestamp_seconds` for each open pause with a known end.
+    fn pauses(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let mut m = encoder.encode_descriptor(
+            "podsweep_paused",
+            "1 while the scope is held back for this reason (refused, ha_session_lost, step_down_hold, restarting, watch_failing, retry_after, backoff).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            for k in PauseKind::ALL {
+                let v = i64::from(Self::open_pause(s, k.as_str()).is_some());
+                m.encode_family(&with(labels(s), "reason", k.as_str()))?
+                    .encode_gauge(&v)?;
             }
         }
+        let mut m = encoder.encode_descriptor(
+            "podsweep_pause_seconds",
+            "How long the scope's open pause of this reason has lasted (0 when not paused by it).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            for k in PauseKind::ALL {
+                let secs = Self::open_pause(s, k.as_str())
+                    .and_then(|p| p["pause_ms"].as_f64())
+                    .unwrap_or(0.0)
+                    / 1000.0;
+                let l = with(labels(s), "reason", k.as_str());
+                encode_value(&mut m.encode_family(&l)?, MetricType::Gauge, secs)?;
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "podsweep_pause_until_timestamp_seconds",
+            "When the scope's open pause of this reason ends (Unix time); absent when open-ended or not paused.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            for k in PauseKind::ALL {
+                if let Some(ms) =
+                    Self::open_pause(s, k.as_str()).and_then(|p| p["until_ms"].as_f64())
+                {
+                    let l = with(labels(s), "reason", k.as_str());
+                    encode_value(&mut m.encode_family(&l)?, MetricType::Gauge, ms / 1000.0)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `podsweep_delete_lag_seconds`: the scope's lag histogram (per-bucket counts, the last one
+    /// above every bound; the encoder sums them up).
+    fn lag(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let mut m = encoder.encode_descriptor(
+            "podsweep_delete_lag_seconds",
+            "From a pod's deadline to its accepted DELETE.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for s in &self.0 {
+            let lag = &s["lag"];
+            let (Some(bounds), Some(counts)) = (
+                lag["bucket_bounds_seconds"].as_array(),
+                lag["bucket_counts"].as_array(),
+            ) else {
+                continue;
+            };
+            let mut buckets: Vec<(f64, u64)> = bounds
+                .iter()
+                .zip(counts)
+                .map(|(b, n)| (b.as_f64().unwrap_or(0.0), n.as_u64().unwrap_or(0)))
+                .collect();
+            let total = lag["count"].as_u64().unwrap_or(0);
+            let below: u64 = buckets.iter().map(|(_, n)| n).sum();
+            buckets.push((f64::INFINITY, total.saturating_sub(below)));
+            m.encode_family(&labels(s))?
+                .encode_histogram::<NoLabelSet>(
+                    lag["sum_seconds"].as_f64().unwrap_or(0.0),
+                    total,
+                    &buckets,
+                    None,
+                )?;
+        }
+        Ok(())
     }
 }
 
-fn lag_histogram(out: &mut String, s: &Value) {
-    let lag = &s["lag"];
-    let (Some(bounds), Some(counts)) = (
-        lag["bucket_bounds_seconds"].as_array(),
-        lag["bucket_counts"].as_array(),
-    ) else {
-        return;
-    };
-    let l = labels(s);
-    let mut cumulative = 0;
-    for (bound, n) in bounds.iter().zip(counts) {
-        cumulative += n.as_u64().unwrap_or(0);
-        let _ = writeln!(
-            out,
-            "podsweep_delete_lag_seconds_bucket{{{l},le=\"{}\"}} {cumulative}",
-            bound.as_f64().unwrap_or(0.0)
-        );
+impl Collector for Scopes {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        for f in FAMILIES {
+            let mut m = encoder.encode_descriptor(f.name, f.help, None, f.kind)?;
+            for s in &self.0 {
+                if let Some(v) = (f.value)(s) {
+                    encode_value(&mut m.encode_family(&labels(s))?, f.kind, v)?;
+                }
+            }
+        }
+        self.pauses(&mut encoder)?;
+        let mut m = encoder.encode_descriptor(
+            "podsweep_delete_outcomes",
+            "DELETE answers by outcome (accepted, already_absent, replaced, forbidden, throttled, server_error, transport, other).",
+            None,
+            MetricType::Counter,
+        )?;
+        for s in &self.0 {
+            if let Some(outcomes) = s["outcomes"].as_object() {
+                for (outcome, n) in outcomes {
+                    m.encode_family(&with(labels(s), "outcome", outcome))?
+                        .encode_counter::<NoLabelSet, _, u64>(&n.as_u64().unwrap_or(0), None)?;
+                }
+            }
+        }
+        self.lag(&mut encoder)
     }
-    let total = lag["count"].as_u64().unwrap_or(0);
-    let _ = writeln!(
-        out,
-        "podsweep_delete_lag_seconds_bucket{{{l},le=\"+Inf\"}} {total}\n\
-         podsweep_delete_lag_seconds_sum{{{l}}} {}\n\
-         podsweep_delete_lag_seconds_count{{{l}}} {total}",
-        lag["sum_seconds"].as_f64().unwrap_or(0.0)
-    );
+}
+
+/// Every scope's figures in the given text format.
+pub fn metrics(scopes: &[Value], format: Format) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scopes(scopes.to_vec())));
+    let mut out = String::new();
+    // Writing to a String cannot fail; an encoder error would leave a partial answer, which the
+    // scraper rejects as it would an empty one.
+    let _ = match format {
+        Format::Prometheus => prometheus_text::encode(&mut out, &registry),
+        Format::OpenMetrics => text::encode(&mut out, &registry),
+    };
+    out
+}
+
+/// Every scope's figures in Prometheus' text format.
+pub fn prometheus(scopes: &[Value]) -> String {
+    metrics(scopes, Format::Prometheus)
 }
 
 #[cfg(test)]
@@ -386,6 +443,62 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn openmetrics_exposition() {
+        let text = metrics(&[scope(true)], Format::OpenMetrics);
+        let l = "context=\"prod\",namespace=\"sp\\\"ark\"";
+        for line in [
+            "# TYPE podsweep_restarts counter".to_owned(),
+            "# TYPE podsweep_delete_lag_seconds histogram".to_owned(),
+            format!("podsweep_leader{{{l}}} 1"),
+            format!("podsweep_watch_streams_total{{{l}}} 2"),
+            // OpenMetrics' encoder writes `le` first.
+            format!("podsweep_delete_lag_seconds_bucket{{le=\"+Inf\",{l}}} 4"),
+            "# EOF".to_owned(),
+        ] {
+            assert!(
+                text.lines().any(|x| x == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert_eq!(
+            Format::from_accept(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Prometheus);
+        assert_eq!(Format::from_accept(None), Format::Prometheus);
+    }
+
+    /// Every metric name the alert rules (`docs/alerts/podsweep-rules.yaml`, group
+    /// `podsweep-daemon`) read is one `/metrics` exposes.
+    #[test]
+    fn the_alert_rules_read_exposed_names() {
+        let rules = include_str!("../../docs/alerts/podsweep-rules.yaml");
+        let mut s = scope(true);
+        s["pauses"] = json!([{"reason": "retry_after", "pause_ms": 1, "until_ms": 2}]);
+        s["restarts"] = 0.into();
+        let text = prometheus(&[s]);
+        let exposed: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        let mut read = 0;
+        for word in rules.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("podsweep_") {
+                read += 1;
+                assert!(
+                    exposed.contains(&word),
+                    "{word} is read by an alert rule but not exposed"
+                );
+            }
+        }
+        assert!(read > 5, "the rules read {read} podsweep_ names");
     }
 
     #[test]

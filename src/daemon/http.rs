@@ -1,4 +1,5 @@
-//! The daemon's HTTP endpoints: `GET /healthz`, `GET /metrics`, `GET /status`.
+//! The daemon's HTTP endpoints: `GET /healthz`, `GET /metrics` (Prometheus text, or OpenMetrics
+//! when the `Accept` header asks for it), `GET /status`.
 //!
 //! # Guarantees
 //! * At most [`MAX_CONNECTIONS`] connections are open at once, and a new one is always served:
@@ -154,11 +155,19 @@ pub fn answer(engine: &Engine, req: &Request<Incoming>) -> Response<Full<Bytes>>
                 reply(StatusCode::SERVICE_UNAVAILABLE, JSON, body.to_string())
             }
         }
-        "/metrics" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            exposition::prometheus(&scopes()),
-        ),
+        "/metrics" => {
+            // OpenMetrics when the scraper asks for it (Prometheus does), else the 0.0.4 text.
+            let format = exposition::Format::from_accept(
+                req.headers()
+                    .get(header::ACCEPT)
+                    .and_then(|a| a.to_str().ok()),
+            );
+            reply(
+                StatusCode::OK,
+                format.content_type(),
+                exposition::metrics(&scopes(), format),
+            )
+        }
         "/status" => reply(
             StatusCode::OK,
             JSON,

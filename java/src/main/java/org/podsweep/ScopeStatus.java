@@ -1,8 +1,10 @@
 package org.podsweep;
 
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -11,8 +13,22 @@ import java.util.Map;
  *
  * <p>The native side owns the field set; this class reads it leniently: a missing number reads as
  * {@code -1}, a missing string as {@code null}. {@link #fields()} exposes every top-level field.
+ *
+ * <p>The JSON is read with Jackson ({@code jackson-databind}, a provided dependency: every Kyuubi
+ * server has it on its class path, and the podsweep jar does not bundle it). Only this class needs
+ * it; a program that uses {@link PodSweeper} without {@code ScopeStatus} does not.
  */
 public final class ScopeStatus {
+  /**
+   * Integers as {@code Long} (as {@link #fields()} documents), trailing text after the value an
+   * error; otherwise strict JSON (RFC 8259), as Jackson reads it by default. Thread-safe once
+   * configured.
+   */
+  private static final ObjectMapper MAPPER =
+      new ObjectMapper()
+          .enable(DeserializationFeature.USE_LONG_FOR_INTS)
+          .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+
   private final String json;
   private final Map<String, Object> fields;
 
@@ -27,10 +43,7 @@ public final class ScopeStatus {
    * @throws IllegalArgumentException if {@code json} is null or not a JSON object
    */
   public static ScopeStatus parse(String json) {
-    if (json == null) {
-      throw new IllegalArgumentException("json must not be null");
-    }
-    Object value = new Parser(json).parseDocument();
+    Object value = read(json);
     if (!(value instanceof Map)) {
       throw new IllegalArgumentException("scope status is not a JSON object: " + json);
     }
@@ -45,10 +58,7 @@ public final class ScopeStatus {
    * @throws IllegalArgumentException if {@code json} is null or not a JSON array of objects
    */
   public static List<ScopeStatus> parseAll(String json) {
-    if (json == null) {
-      throw new IllegalArgumentException("json must not be null");
-    }
-    Object value = new Parser(json).parseDocument();
+    Object value = read(json);
     if (!(value instanceof List)) {
       throw new IllegalArgumentException("status list is not a JSON array: " + json);
     }
@@ -59,11 +69,31 @@ public final class ScopeStatus {
       }
       @SuppressWarnings("unchecked")
       Map<String, Object> map = (Map<String, Object>) element;
-      StringBuilder text = new StringBuilder();
-      write(text, map);
-      out.add(new ScopeStatus(text.toString(), map));
+      String text;
+      try {
+        text = MAPPER.writeValueAsString(map);
+      } catch (JsonProcessingException e) {
+        // A map Jackson has just read always writes back; say so if it ever does not.
+        throw new IllegalStateException("cannot write a status element back as JSON", e);
+      }
+      out.add(new ScopeStatus(text, map));
     }
     return Collections.unmodifiableList(out);
+  }
+
+  /**
+   * One JSON value: maps, lists, strings, {@code Long}, {@code Double}, booleans, null. An integer
+   * beyond a {@code long} is refused (Jackson's check of {@code USE_LONG_FOR_INTS}).
+   */
+  private static Object read(String json) {
+    if (json == null) {
+      throw new IllegalArgumentException("json must not be null");
+    }
+    try {
+      return MAPPER.readValue(json, Object.class);
+    } catch (JsonProcessingException e) {
+      throw new IllegalArgumentException("not valid JSON: " + e.getOriginalMessage(), e);
+    }
   }
 
   /** The JSON text as the native library returned it. */
@@ -182,269 +212,7 @@ public final class ScopeStatus {
     return json;
   }
 
-  /** Writes a parsed value back as JSON (for the elements of {@link #parseAll}). */
-  private static void write(StringBuilder out, Object v) {
-    if (v instanceof Map) {
-      out.append('{');
-      boolean first = true;
-      for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
-        if (!first) {
-          out.append(',');
-        }
-        first = false;
-        write(out, String.valueOf(e.getKey()));
-        out.append(':');
-        write(out, e.getValue());
-      }
-      out.append('}');
-    } else if (v instanceof List) {
-      out.append('[');
-      boolean first = true;
-      for (Object e : (List<?>) v) {
-        if (!first) {
-          out.append(',');
-        }
-        first = false;
-        write(out, e);
-      }
-      out.append(']');
-    } else if (v instanceof String) {
-      String str = (String) v;
-      out.append('"');
-      for (int k = 0; k < str.length(); k++) {
-        char c = str.charAt(k);
-        if (c == '"' || c == '\\') {
-          out.append('\\').append(c);
-        } else if (c < 0x20) {
-          out.append(String.format("\\u%04x", (int) c));
-        } else {
-          out.append(c);
-        }
-      }
-      out.append('"');
-    } else {
-      out.append(v); // Long, Double, Boolean or null
-    }
-  }
-
   private static long asLong(Object v) {
     return v instanceof Number ? ((Number) v).longValue() : -1;
-  }
-
-  /** A small recursive-descent JSON reader (RFC 8259), enough for status snapshots. */
-  static final class Parser {
-    private final String s;
-    private int i;
-
-    Parser(String s) {
-      this.s = s;
-    }
-
-    Object parseDocument() {
-      Object v = value();
-      skipWhitespace();
-      if (i != s.length()) {
-        throw error("trailing characters");
-      }
-      return v;
-    }
-
-    private Object value() {
-      skipWhitespace();
-      if (i >= s.length()) {
-        throw error("unexpected end");
-      }
-      char c = s.charAt(i);
-      switch (c) {
-        case '{':
-          return object();
-        case '[':
-          return array();
-        case '"':
-          return string();
-        case 't':
-          return literal("true", Boolean.TRUE);
-        case 'f':
-          return literal("false", Boolean.FALSE);
-        case 'n':
-          return literal("null", null);
-        default:
-          if (c == '-' || (c >= '0' && c <= '9')) {
-            return number();
-          }
-          throw error("unexpected character '" + c + "'");
-      }
-    }
-
-    private Map<String, Object> object() {
-      Map<String, Object> map = new LinkedHashMap<>();
-      i++; // {
-      skipWhitespace();
-      if (peek() == '}') {
-        i++;
-        return map;
-      }
-      while (true) {
-        skipWhitespace();
-        if (peek() != '"') {
-          throw error("expected a field name");
-        }
-        String key = string();
-        skipWhitespace();
-        expect(':');
-        map.put(key, value());
-        skipWhitespace();
-        char c = next();
-        if (c == '}') {
-          return map;
-        }
-        if (c != ',') {
-          throw error("expected ',' or '}'");
-        }
-      }
-    }
-
-    private List<Object> array() {
-      List<Object> list = new ArrayList<>();
-      i++; // [
-      skipWhitespace();
-      if (peek() == ']') {
-        i++;
-        return list;
-      }
-      while (true) {
-        list.add(value());
-        skipWhitespace();
-        char c = next();
-        if (c == ']') {
-          return list;
-        }
-        if (c != ',') {
-          throw error("expected ',' or ']'");
-        }
-      }
-    }
-
-    private String string() {
-      expect('"');
-      StringBuilder b = new StringBuilder();
-      while (true) {
-        char c = next();
-        if (c == '"') {
-          return b.toString();
-        }
-        if (c == '\\') {
-          char e = next();
-          switch (e) {
-            case '"':
-            case '\\':
-            case '/':
-              b.append(e);
-              break;
-            case 'b':
-              b.append('\b');
-              break;
-            case 'f':
-              b.append('\f');
-              break;
-            case 'n':
-              b.append('\n');
-              break;
-            case 'r':
-              b.append('\r');
-              break;
-            case 't':
-              b.append('\t');
-              break;
-            case 'u':
-              if (i + 4 > s.length()) {
-                throw error("short \\u escape");
-              }
-              try {
-                b.append((char) Integer.parseInt(s.substring(i, i + 4), 16));
-              } catch (NumberFormatException ex) {
-                throw error("bad \\u escape");
-              }
-              i += 4;
-              break;
-            default:
-              throw error("bad escape '\\" + e + "'");
-          }
-        } else if (c < 0x20) {
-          throw error("control character in string");
-        } else {
-          b.append(c);
-        }
-      }
-    }
-
-    private Object number() {
-      int start = i;
-      if (peek() == '-') {
-        i++;
-      }
-      boolean integral = true;
-      while (i < s.length()) {
-        char c = s.charAt(i);
-        if (c >= '0' && c <= '9') {
-          i++;
-        } else if (c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-') {
-          integral = false;
-          i++;
-        } else {
-          break;
-        }
-      }
-      String text = s.substring(start, i);
-      try {
-        if (integral) {
-          return Long.parseLong(text);
-        }
-        return Double.parseDouble(text);
-      } catch (NumberFormatException ex) {
-        throw error("bad number '" + text + "'");
-      }
-    }
-
-    private Object literal(String word, Object value) {
-      if (!s.startsWith(word, i)) {
-        throw error("expected " + word);
-      }
-      i += word.length();
-      return value;
-    }
-
-    private void skipWhitespace() {
-      while (i < s.length()) {
-        char c = s.charAt(i);
-        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-          i++;
-        } else {
-          break;
-        }
-      }
-    }
-
-    private char peek() {
-      return i < s.length() ? s.charAt(i) : '\0';
-    }
-
-    private char next() {
-      if (i >= s.length()) {
-        throw error("unexpected end");
-      }
-      return s.charAt(i++);
-    }
-
-    private void expect(char c) {
-      if (next() != c) {
-        i--;
-        throw error("expected '" + c + "'");
-      }
-    }
-
-    private IllegalArgumentException error(String what) {
-      return new IllegalArgumentException("invalid JSON at offset " + i + ": " + what);
-    }
   }
 }

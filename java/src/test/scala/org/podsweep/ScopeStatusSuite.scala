@@ -37,4 +37,20 @@ class ScopeStatusSuite extends AnyFunSuite {
       intercept[IllegalArgumentException](ScopeStatus.parse(bad))
     }
   }
+
+  test("parseAll: each element's json() reads back as the same fields; integers are Long") {
+    val all = ScopeStatus.parseAll(
+      """[{"scope":"a:b","tracked":1,"big":123456789012,"pauses":[{"reason":"x","until_ms":null}]},
+        |{"scope":"c:\"d\"","ratio":0.5}]""".stripMargin)
+    assert(all.size == 2)
+    all.forEach(st => assert(ScopeStatus.parse(st.json).fields == st.fields))
+    assert(all.get(0).fields.get("tracked").isInstanceOf[java.lang.Long])
+    assert(all.get(0).number("big") == 123456789012L && all.get(1).scope == "c:\"d\"")
+    // An integer beyond a long is refused, as the native side never writes one.
+    Seq(null, "[1]", "{}", "[{}] x", "[", "[{\"huge\":99999999999999999999}]").foreach { bad =>
+      intercept[IllegalArgumentException](ScopeStatus.parseAll(bad))
+    }
+    val e = intercept[IllegalArgumentException](ScopeStatus.parse("{\"a\":}"))
+    assert(e.getMessage.startsWith("not valid JSON"), e.getMessage)
+  }
 }

@@ -23,14 +23,24 @@ import org.podsweep.testkit.{EtcdServer, KyuubiPods, LogCapture, MockKube}
  * status 137) or asked to `close()`; the figure is the time from that moment to the successor's
  * first DELETE of the overdue pod arriving at the mock API server (its arrival time as the mock
  * recorded it). ZooKeeper (Curator TestingServer with a short tickTime so a 2 s session is allowed)
- * and etcd (the system's etcd, lease 2 s); every run on a fresh namespace; one JSON line per
- * backend with median / min / max per mode and the timeouts used.
+ * and etcd (the system's etcd, lease 2 s), or Kyuubi's default timeouts (see [[KyuubiDefaults]]);
+ * every run on a fresh namespace; one JSON line per backend with median / min / max per mode and
+ * the timeouts used.
  */
 object FailoverBench {
-  private val ZkTickMs = 200
-  private val ZkSessionMs = 2000
+  /**
+   * `PODSWEEP_BENCH_FAILOVER_TIMEOUTS=kyuubi`: Kyuubi's default timeouts instead of 2 s ones: no
+   * session, connection or lease key is set (so podsweep reads Kyuubi's defaults: ZooKeeper
+   * session 60 s asked, etcd lease 10 s) and ZooKeeper runs with its default tick of 2 s, so it
+   * grants at most 40 s.
+   */
+  private val KyuubiDefaults = sys.env.get("PODSWEEP_BENCH_FAILOVER_TIMEOUTS").map(_.trim).contains("kyuubi")
+  private val ZkTickMs = if (KyuubiDefaults) 2000 else 200
+  private val ZkSessionMs = if (KyuubiDefaults) 60000 else 2000
   private val ZkConnectionMs = 2000
-  private val EtcdLease = "PT2S"
+  private val EtcdLease = if (KyuubiDefaults) "PT10S" else "PT2S"
+  /** Given to the bench's servers only when not at Kyuubi's defaults. */
+  private def shortTimeouts(keys: (String, String)*): Map[String, String] = if (KyuubiDefaults) Map.empty else keys.toMap
   private val Retain = "PT1S"
   private val OrphanAgeSeconds = 3600L
 
@@ -88,8 +98,7 @@ object FailoverBench {
       // tickTime bounds the sessions the server grants to [2, 20] x tickTime.
       val spec = new InstanceSpec(null, -1, -1, -1, true, -1, ZkTickMs, -1)
       val zk = new TestingServer(spec, true)
-      val conf = Map(
-        "kyuubi.ha.addresses" -> zk.getConnectString,
+      val conf = Map("kyuubi.ha.addresses" -> zk.getConnectString) ++ shortTimeouts(
         "kyuubi.ha.zookeeper.session.timeout" -> ZkSessionMs.toString,
         "kyuubi.ha.zookeeper.connection.timeout" -> ZkConnectionMs.toString)
       def negotiated: Seq[Long] = capture.mentioning("negotiated session timeout").flatMap { r =>
@@ -100,11 +109,12 @@ object FailoverBench {
           })
       }.distinct
       new Backend(name, conf, () => ListMap(
+        "kind" -> (if (KyuubiDefaults) "Kyuubi's defaults (no timeout key set)" else "short"),
         "session_timeout_ms_requested" -> ZkSessionMs,
         "server_tick_ms" -> ZkTickMs,
         "server_session_timeout_bounds_ms" -> Seq(2 * ZkTickMs, 20 * ZkTickMs),
         "session_timeout_ms_negotiated" -> negotiated,
-        "connection_timeout_ms" -> ZkConnectionMs,
+        "connection_timeout_ms" -> (if (KyuubiDefaults) "Kyuubi's default" else ZkConnectionMs),
         "server" -> s"Curator TestingServer, ZooKeeper ${org.apache.zookeeper.Version.getFullVersion.takeWhile(_ != '-').trim} (in the bench JVM)"
       ), () => zk.close())
     case "etcd" =>
@@ -115,7 +125,10 @@ object FailoverBench {
         p.waitFor(10, TimeUnit.SECONDS)
         v.trim
       }.getOrElse("unknown")
-      new Backend(name, etcd.kyuubiConf(EtcdLease), () => ListMap(
+      val conf = etcd.kyuubiConf(EtcdLease).filter { case (k, _) => !k.endsWith(".lease.timeout") } ++
+        shortTimeouts("kyuubi.ha.etcd.lease.timeout" -> EtcdLease)
+      new Backend(name, conf, () => ListMap(
+        "kind" -> (if (KyuubiDefaults) "Kyuubi's defaults (no timeout key set)" else "short"),
         "lease_timeout" -> EtcdLease,
         "lease_ttl_ms" -> java.time.Duration.parse(EtcdLease).toMillis,
         "server" -> s"${EtcdServer.defaultBinary} ($version), heartbeat 50 ms, election timeout 500 ms"
@@ -174,12 +187,13 @@ object FailoverBench {
       if (mode == "sigkill") leader.kill() else leader.requestClose()
       var leadingNs = -1L
       var first: Option[org.podsweep.testkit.Recorded] = None
-      val deadline = t0 + TimeUnit.SECONDS.toNanos(60)
+      val limitS = if (KyuubiDefaults) 120 else 60
+      val deadline = t0 + TimeUnit.SECONDS.toNanos(limitS)
       while (first.isEmpty) {
         if (leadingNs < 0 && successor.isLeader(null, ns)) leadingNs = System.nanoTime() - t0
         first = kube.podDeletes(ns).find(_.pod.contains((ns, "orphan")))
         if (first.isEmpty) {
-          require(System.nanoTime() < deadline, s"no DELETE of the orphan 60 s after $mode: ${ScopeStatus.parse(successor.scopeStatus(null, ns))}")
+          require(System.nanoTime() < deadline, s"no DELETE of the orphan $limitS s after $mode: ${ScopeStatus.parse(successor.scopeStatus(null, ns))}")
           Thread.sleep(1)
         }
       }

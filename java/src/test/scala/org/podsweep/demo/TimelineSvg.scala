@@ -7,10 +7,11 @@ import org.podsweep.demo.Phases.PhaseResult
 /**
  * The demo's picture, hand-written SVG: x is time (seconds since the podsweep phase started).
  * Top: one lane per scope, coloured by the server that said `isLeader` in each 100 ms sample
- * (grey: no leader; split lane: more than one). Below: DELETE requests per 1-s bucket as the mock
- * API server recorded them, stacked by sender (bearer token = server name). Vertical lines mark
- * the waves of terminated pods and, in red, the failover. Right: DELETE requests per server in
- * the baseline phase (today's Kyuubi, modelled) next to the podsweep phase.
+ * (grey: no leader; split lane: more than one). Below: DELETE requests per 1-s bucket as the API
+ * server recorded them (kube-apiserver: its audit log), stacked by sender (each server's own
+ * token). Vertical lines mark the waves of terminated pods and, in red, the failover. Right: DELETE
+ * requests per server in the baseline phase (stock Kyuubi 1.12.0, or its model when Kyuubi is not
+ * built: the phase's `kind` says which) next to the podsweep phase.
  */
 object TimelineSvg {
   private val Palette = Seq("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
@@ -48,7 +49,8 @@ object TimelineSvg {
   private def step(span: Double, max: Int, steps: Seq[Double]): Double =
     steps.find(s => span / s <= max).getOrElse(steps.last)
 
-  def render(title: String, baseline: PhaseResult, p: PhaseResult): String = {
+  def render(title: String, baseline: PhaseResult, p: PhaseResult, apiServer: String): String = {
+    val stock = if (baseline.kind.startsWith("kyuubi")) s"stock Kyuubi (${baseline.kind})" else s"today's Kyuubi (${baseline.kind})"
     val b = new StringBuilder
     def el(s: String): Unit = b.append(s).append('\n')
     def text(x: Double, y: Double, s: String, size: Int = 12, fill: String = Ink, anchor: String = "start", weight: String = "normal"): Unit =
@@ -98,7 +100,7 @@ object TimelineSvg {
     text(lx + 19, legendY, "no leader")
     lx += 100
     vline(lx + 7, legendY - 12, legendY + 3, FailoverRed, 2)
-    text(lx + 16, legendY, "failover (leader closed)")
+    text(lx + 16, legendY, "failover (leader stopped)")
     lx += 185
     vline(lx + 7, legendY - 12, legendY + 3, Muted, 1, "4,3")
     text(lx + 16, legendY, "pods terminated")
@@ -145,7 +147,7 @@ object TimelineSvg {
     }
 
     // DELETEs per 1-s bucket, stacked by sender.
-    text(PlotLeft - 90, histLabelY, "DELETE requests per second at the mock API server, by sender (bearer token)", size = 13, weight = "bold")
+    text(PlotLeft - 90, histLabelY, s"DELETE requests per second at the API server ($apiServer), by sender", size = 13, weight = "bold")
     val buckets = math.ceil(span).toInt
     val counts: Seq[Map[String, Int]] = (0 until buckets).map { k =>
       p.deletes.filter(d => ((d.atMillis - t0) / 1000L).toInt == k).groupBy(_.bearer.getOrElse("?")).map { case (s, v) => s -> v.size }
@@ -190,7 +192,7 @@ object TimelineSvg {
       def ms(at: Option[Long]): String = at.map(a => s"${a - f.stopAtMillis} ms").getOrElse("never")
       val lines = Seq(
         f"${f.stopped} stopped at ${(f.stopAtMillis - t0) / 1000.0}%.1f s",
-        s"(graceful close(), leader of ${f.successors.map(_.scope).mkString(", ")})",
+        s"(${f.how}, leader of ${f.successors.map(_.scope).mkString(", ")})",
         s"${f.scope}: ${main.flatMap(_.server).getOrElse("nobody")} seen leading after ${ms(main.flatMap(_.leadingAtMillis))},",
         s"its first DELETE after ${ms(main.flatMap(_.firstDeleteAtMillis))} (times from the stop)")
       val boxW = 330.0
@@ -204,7 +206,7 @@ object TimelineSvg {
     // Side panel: DELETE requests per server, baseline vs podsweep.
     val panelTop = lanesLabelY
     text(PanelLeft, panelTop, "DELETE requests per server", size = 13, weight = "bold")
-    text(PanelLeft, panelTop + 16, "today's Kyuubi (model) vs podsweep", size = 11, fill = Muted)
+    text(PanelLeft, panelTop + 16, "stock Kyuubi vs podsweep", size = 11, fill = Muted)
     val maxCount = math.max(1, (baseline.byServer.values ++ p.byServer.values).max)
     val barMax = PanelRight - PanelLeft - 70
     val rowTop = panelTop + 30
@@ -217,7 +219,7 @@ object TimelineSvg {
       val y = rowTop + i * rowH
       val c = colour(servers, s)
       text(PanelLeft, y + 11, s, size = 11)
-      Seq(("today", baseline), ("podsweep", p)).zipWithIndex.foreach { case ((label, r), k) =>
+      Seq(("stock", baseline), ("podsweep", p)).zipWithIndex.foreach { case ((label, r), k) =>
         val by = y + 15 + k * 13
         val (ok, other) = codes(r, s)
         val wOk = ok.toDouble / maxCount * barMax
@@ -233,7 +235,7 @@ object TimelineSvg {
     text(PanelLeft + 16, noteY, "answered 200", size = 10)
     rect(PanelLeft + 100, noteY - 9, 12, 10, Palette.head, """ fill-opacity="0.35"""")
     text(PanelLeft + 116, noteY, "404 / other", size = 10)
-    text(PanelLeft, noteY + 18, f"today: ${baseline.requests} requests, ${baseline.perPod}%.2f per pod,", size = 10)
+    text(PanelLeft, noteY + 18, f"stock: ${baseline.requests} requests, ${baseline.perPod}%.2f per pod,", size = 10)
     text(PanelLeft, noteY + 31, s"${baseline.code(404)} answered 404", size = 10)
     text(PanelLeft, noteY + 47, f"podsweep: ${p.requests} requests, ${p.stored.size.toDouble / p.pods}%.2f per pod,", size = 10)
     text(PanelLeft, noteY + 60, s"${p.code(404)} answered 404", size = 10)
@@ -244,11 +246,11 @@ object TimelineSvg {
     footer(f"podsweep phase: ${p.requests} DELETE requests for ${p.pods} pods (${p.stored.size.toDouble / p.pods}%.2f per pod), " +
       s"leaked ${p.leaked}, wrongful ${p.wrongful}, decoys lost ${p.decoysMissing}, WARN/ERROR lines ${p.loudLines}; " +
       s"DELETEs by server: ${servers.map(s => s"$s ${p.byServer.getOrElse(s, 0)}").mkString(", ")}")
-    footer(f"baseline phase (today's Kyuubi, modelled per server): ${baseline.requests} DELETE requests " +
+    footer(f"baseline phase ($stock, each server on its own): ${baseline.requests} DELETE requests " +
       f"(${baseline.perPod}%.2f per pod), ${baseline.code(404)} answered 404, WARN/ERROR lines ${baseline.loudLines}")
     p.failover.foreach { f =>
-      footer(f"failover: ${f.stopped} was stopped by a graceful close() (releases leadership at once; an abrupt kill is not " +
-        f"possible in-process) at ${(f.stopAtMillis - t0) / 1000.0}%.2f s; close() took ${f.closedAtMillis - f.stopAtMillis} ms", FailoverRed)
+      footer(f"failover: ${f.stopped} was stopped by ${f.how} (podsweep's close() releases leadership at once) " +
+        f"at ${(f.stopAtMillis - t0) / 1000.0}%.2f s; the stop took ${f.closedAtMillis - f.stopAtMillis} ms", FailoverRed)
       footer("handover, times from the stop (\"seen leading\" = the first 2-ms poll that saw isLeader, so the first DELETE can come a little earlier):", FailoverRed)
       f.successors.foreach { x =>
         def ms(at: Option[Long]): String = at.map(a => s"${a - f.stopAtMillis} ms").getOrElse("never")
@@ -257,7 +259,7 @@ object TimelineSvg {
       }
     }
     footer("Leader lanes: one sample of every server's isLeader per 100 ms (a sub-100 ms handover does not show as grey). " +
-      "DELETEs: every request the mock recorded, per 1-s bucket.", Muted)
+      s"DELETEs: every request $apiServer recorded, per 1-s bucket.", Muted)
     el("</svg>")
     b.toString
   }
