@@ -259,6 +259,8 @@ impl Engine {
         sweeper_cfg.step_down_after = settings.step_down_after;
         sweeper_cfg.idle_release = settings.idle_release;
         sweeper_cfg.tuning = settings.tuning.clone();
+        sweeper_cfg.retention = settings.retention.clone();
+        sweeper_cfg.events_qps = settings.events_qps;
         let watches = settings.watch.as_ref().map(|w| {
             // Configured scopes campaign for the engine's whole life.
             sweeper_cfg.idle_release = crate::config::MAX_TIME;

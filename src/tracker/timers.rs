@@ -30,6 +30,18 @@ impl Tracker {
         let rec = &mut self.records[slot as usize];
         self.counts[rec.stage as usize] -= 1;
         self.counts[stage as usize] += 1;
+        if let Some(by_age) = &mut self.by_age {
+            // The cap counts the pods that wait for their retain period.
+            match (rec.stage == Stage::Scheduled, stage == Stage::Scheduled) {
+                (true, false) => {
+                    by_age.remove(&(rec.age_key(), slot));
+                }
+                (false, true) => {
+                    by_age.insert((rec.age_key(), slot));
+                }
+                _ => {}
+            }
+        }
         rec.stage = stage;
         if stage == Stage::Scheduled {
             if rec.overdue_since != 0 {
@@ -40,6 +52,53 @@ impl Tracker {
             rec.overdue_since = ms_ceil(deadline.unwrap_or_else(SystemTime::now));
             self.overdue.insert((rec.overdue_since, slot));
         }
+        true
+    }
+
+    /// Keeps the `Scheduled` records in age order from now on, so [`Tracker::over_cap`] finds the
+    /// oldest in O(log n). Costs one ordered-set entry per waiting pod: only scopes with a cap.
+    pub fn enable_cap(&mut self) {
+        if self.by_age.is_some() {
+            return;
+        }
+        let set = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.stage == Stage::Scheduled)
+            .map(|(slot, r)| (r.age_key(), slot as u32))
+            .collect();
+        self.by_age = Some(set);
+    }
+
+    /// The oldest pod waiting for its retain period while more than `cap` do (needs
+    /// [`Tracker::enable_cap`]); moving it out of `Scheduled` takes it off the count.
+    pub fn over_cap(&self, cap: usize) -> Option<Uid> {
+        let by_age = self.by_age.as_ref()?;
+        if by_age.len() <= cap {
+            return None;
+        }
+        let (_, slot) = by_age.first()?;
+        self.records.get(*slot as usize).map(|r| r.uid.clone())
+    }
+
+    /// Notes that the cap made a record due.
+    pub fn mark_capped(&mut self, uid: &Uid) {
+        if let Some(slot) = self.slot(uid) {
+            self.records[slot as usize].capped = true;
+        }
+    }
+
+    /// Sets what a record's annotations ask for; true when it changed.
+    pub fn set_policy(&mut self, uid: &Uid, policy: super::Policy) -> bool {
+        let Some(slot) = self.slot(uid) else {
+            return false;
+        };
+        let rec = &mut self.records[slot as usize];
+        let word = policy.word();
+        if rec.policy == word {
+            return false;
+        }
+        rec.policy = word;
         true
     }
 
