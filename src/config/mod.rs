@@ -185,6 +185,8 @@ pub struct Settings {
     /// Whether the leader of each scope also watches the whole scope beside the JVM's informers
     /// (they see only their own pods: Kyuubi's owner-scoped watch).
     pub scope_watch: bool,
+    /// Kyuubi's state mapping (state source and container).
+    pub state: crate::kyuubi_state::StateConfig,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
     /// Which of its values are secret ([`redact`]).
@@ -269,6 +271,7 @@ impl Settings {
             retention,
             events_qps,
             scope_watch,
+            state: self::watch::parse_state(&get)?,
             context_allow: list(keys::CONTEXT_ALLOW_LIST),
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,

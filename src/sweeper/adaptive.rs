@@ -10,7 +10,8 @@
 //! server has to say 429.
 //!
 //! # Guarantees
-//! * The limit stays from 1 to `maxInFlight`; with `rateLimit.adaptive=false` it is
+//! * The limit stays from 2 (1 with `maxInFlight=1`) to `maxInFlight`; after a Retry-After pause
+//!   the scope resumes with one DELETE in flight regardless (`deletes`); with `rateLimit.adaptive=false` it is
 //!   `maxInFlight` itself (the fixed pace).
 
 use std::time::Duration;
@@ -21,6 +22,8 @@ use crate::deleter::OutcomeClass;
 
 /// The first limit of a leader's term: as many DELETEs in flight as the fixed pace had.
 pub(super) const INITIAL_LIMIT: usize = 8;
+/// The adaptive limit's floor (see [`Pace::new`]).
+pub(super) const MIN_LIMIT: usize = 2;
 
 pub(super) struct Pace {
     ceiling: usize,
@@ -33,7 +36,9 @@ impl Pace {
         let algo = adaptive.then(|| {
             Gradient2::builder()
                 .initial_limit(INITIAL_LIMIT.min(ceiling))
-                .min_limit(1)
+                // At 1 the algorithm's queue allowance is 0 and the limit could never grow
+                // again; the ramp after a Retry-After pause starts from one DELETE anyway.
+                .min_limit(MIN_LIMIT.min(ceiling))
                 .max_limit(ceiling)
                 // A DELETE's latency on a loaded API server varies a lot between requests: a
                 // latest answer twice the baseline still counts as healthy.
@@ -106,7 +111,17 @@ mod tests {
             p.answered(OutcomeClass::Accepted, false, Duration::from_millis(200), l);
         }
         assert!(p.limit() < before, "{} vs {before}", p.limit());
-        assert!(p.limit() >= 1);
+        assert!(p.limit() >= MIN_LIMIT);
+        // It grows back from its floor.
+        for _ in 0..20 {
+            p.answered(OutcomeClass::Throttled, true, Duration::from_millis(5), 1);
+        }
+        assert_eq!(p.limit(), MIN_LIMIT);
+        for _ in 0..200 {
+            let l = p.limit();
+            p.answered(OutcomeClass::Accepted, false, Duration::from_millis(5), l);
+        }
+        assert!(p.limit() > MIN_LIMIT * 2, "{}", p.limit());
     }
 
     #[test]
