@@ -217,6 +217,7 @@ impl PodDeleter for KubeDeleter {
         let client = self.client.clone();
         Box::pin(async move {
             let req = match built {
+                Ok(r) if dry_run => with_dry_run_query(r).map(kube::client::Body::from),
                 Ok(r) => r.map(kube::client::Body::from),
                 Err(e) => {
                     return Outcome {
@@ -249,6 +250,17 @@ impl PodDeleter for KubeDeleter {
             }
         })
     }
+}
+
+/// A dry-run DELETE also says so in its URL (`dryRun=All`, besides the body's `dryRun`), so the
+/// API server's audit log, which records the URL, shows that nothing was meant to be deleted.
+fn with_dry_run_query(mut req: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+    let uri = req.uri().to_string();
+    let sep = if uri.contains('?') { '&' } else { '?' };
+    if let Ok(u) = format!("{uri}{sep}dryRun=All").parse() {
+        *req.uri_mut() = u;
+    }
+    req
 }
 
 /// Classifies an error raised before any HTTP answer arrived.

@@ -488,8 +488,13 @@ async fn owner_scoped_run(scope_watch: &str, ns: &str, zk: &str) -> serde_json::
         .iter()
         .map(|(n, _)| deletes.iter().filter(|d| &d.name == n).count())
         .collect();
+    let unseen = names
+        .iter()
+        .filter(|(_, o)| *o != leader_id && o != "global")
+        .count();
     json!({"scope_watch": scope_watch, "servers": 3, "stopped": gone_id, "leader": leader_id,
         "pods": all, "pods_of_the_stopped_server": all - theirs,
+        "pods_the_leaders_informer_does_not_see": unseen,
         "deletes": deletes.len(), "deletes_answered_200": deletes.iter().filter(|d| d.code == 200).count(),
         "deletes_per_pod": per_pod.into_iter().collect::<Vec<_>>(),
         "senders": deletes.iter().map(|d| d.user.clone()).collect::<BTreeSet<_>>(),
@@ -515,10 +520,13 @@ async fn owner_scoped_informers_the_leader_cleans_the_whole_scope() {
     );
     assert_eq!(with["deletes_answered_200"], with["pods"]);
     assert_eq!(with["senders"].as_array().unwrap().len(), 1, "{with}");
-    // The control: without the leader's watch the stopped server's pods stay.
+    // The control: without the leader's watch, every pod its informer does not see stays (the
+    // stopped server's, and those of the server that is still up but does not lead).
     assert_eq!(
         without["left"].as_array().unwrap().len() as u64,
-        without["pods_of_the_stopped_server"].as_u64().unwrap(),
+        without["pods_the_leaders_informer_does_not_see"]
+            .as_u64()
+            .unwrap(),
         "{without}"
     );
 }
@@ -540,7 +548,6 @@ async fn dry_run_scenario(ns: &str, zk: &str, dry: bool) -> (BTreeSet<String>, s
     for i in 0..3 {
         members.push(Member::start(k, ns, &format!("{ns}-s{i}"), &extra, false).await);
     }
-    let leader = leader_of(&members, ns).await;
     let now = SystemTime::now();
     // Over the cap at once: 4 old pods beyond the 6 that may wait.
     for i in 0..10 {
@@ -576,7 +583,7 @@ async fn dry_run_scenario(ns: &str, zk: &str, dry: bool) -> (BTreeSet<String>, s
     .await;
     // A canceled batch's pod, still running: Kyuubi asks every server to delete it now.
     k.running_pod(ns, "canceled", &[], &[]).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let leader = leader_of(&members, ns).await;
     let api: Api<Pod> = Api::namespaced(k.admin().await, ns);
     let pod = api.get("canceled").await.expect("pod");
     for m in &members {
@@ -630,4 +637,176 @@ async fn dry_run_deletes_nothing_on_every_path_and_would_delete_what_a_run_delet
         !normal.contains("kept") && normal.contains("canceled") && normal.len() == 10,
         "{normal:?}"
     );
+}
+
+/// Latencies of a reader under another identity: one GET of a pod after the other, until `stop`.
+fn reader(
+    k: &'static RealKube,
+    token: String,
+    ns: &'static str,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Duration>> {
+    tokio::spawn(async move {
+        let api: Api<Pod> = Api::namespaced(k.client(&token).await, ns);
+        let mut out = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let t = Instant::now();
+            let _ = api.get("probe").await;
+            out.push(t.elapsed());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        out
+    })
+}
+
+fn p99_ms(mut xs: Vec<Duration>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort();
+    let i = ((xs.len() as f64 * 0.99).ceil() as usize).clamp(1, xs.len()) - 1;
+    (xs[i].as_secs_f64() * 10000.0).round() / 10.0
+}
+
+/// One drain phase: what `drain` does to a backlog of `n` overdue pods in `ns`, measured from
+/// the audit log, with the reader's p99 meanwhile.
+async fn drain_phase(
+    k: &'static RealKube,
+    label: &str,
+    ns: &'static str,
+    n: usize,
+    reader_token: &str,
+    drain: impl std::future::Future<Output = serde_json::Value>,
+) -> serde_json::Value {
+    k.namespace(ns).await;
+    backlog(k, ns, "p", n, 16).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = reader(k, reader_token.to_owned(), "reader", stop.clone());
+    let extra = drain.await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let lat = r.await.unwrap_or_default();
+    let deletes = k.deletes_in(ns);
+    let ok: Vec<_> = deletes.iter().filter(|d| d.code == 200).collect();
+    let first = ok.iter().map(|d| d.at).min();
+    let last = ok.iter().map(|d| d.at).max();
+    let span = match (first, last) {
+        (Some(f), Some(l)) => l
+            .duration_since(f)
+            .unwrap_or_default()
+            .as_secs_f64()
+            .max(1e-3),
+        _ => f64::NAN,
+    };
+    json!({"run": label, "pods": n, "deleted": ok.len(), "delete_requests": deletes.len(),
+        "answered_429": deletes.iter().filter(|d| d.code == 429).count(),
+        "other_errors": deletes.iter().filter(|d| d.code != 200 && d.code != 429).count(),
+        "first_to_last_delete_s": (span * 100.0).round() / 100.0,
+        "deletes_per_s": (ok.len() as f64 / span * 10.0).round() / 10.0,
+        "reader_p99_ms": p99_ms(lat.clone()), "reader_requests": lat.len(), "details": extra})
+}
+
+/// podsweep drains `ns` (self-watch, one server) with `extra` keys; done when every pod is gone.
+async fn podsweep_drain(
+    k: &'static RealKube,
+    ns: &str,
+    n: usize,
+    id: &str,
+    extra: &[(&str, &str)],
+) -> serde_json::Value {
+    let token = k.server_token(id).await;
+    let mut pairs = vec![
+        (keys::WATCH_ENABLED, "true"),
+        (keys::WATCH_KIND, "ALL"),
+        (keys::KUBE_NAMESPACE, ns),
+        (keys::RETAIN_PERIOD, "PT1S"),
+    ];
+    pairs.extend_from_slice(extra);
+    let e = engine(conf(&pairs, k.client_conf(&token)), id);
+    let done = eventually(Duration::from_secs(900), || {
+        k.deletes_in(ns).iter().filter(|d| d.code == 200).count() >= n
+    })
+    .await;
+    let st: serde_json::Value =
+        serde_json::from_str(&e.status_json(&Scope::new(None, Some(ns)))).unwrap();
+    e.close_async(Duration::from_secs(5)).await;
+    json!({"drained": done, "inflight_limit_at_end": st["inflight_limit"],
+        "throttled": st["outcomes"]["throttled"], "keys": format!("{extra:?}")})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real kube-apiserver: cargo test --test real_retention -- --ignored"]
+async fn drain_side_by_side_raw_default_and_ceiling() {
+    let k = RealKube::shared();
+    let n: usize = std::env::var("PODSWEEP_DRAIN_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5000);
+    k.namespace("reader").await;
+    k.running_pod("reader", "probe", &[], &[]).await;
+    let reader_token = k.server_token("reader").await;
+    // The reader alone: its idle p99.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = reader(k, reader_token.clone(), "reader", stop.clone());
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let idle = r.await.unwrap_or_default();
+    let idle_p99 = p99_ms(idle.clone());
+    let raw_token = k.server_token("raw-client").await;
+    let raw = drain_phase(
+        k,
+        "raw client, 32 concurrent DELETEs",
+        "drain-raw",
+        n,
+        &reader_token,
+        async {
+            let api: Api<Pod> = Api::namespaced(k.client(&raw_token).await, "drain-raw");
+            let names = k.pods("drain-raw").await;
+            futures::stream::iter(names)
+                .for_each_concurrent(32, |name| {
+                    let api = api.clone();
+                    async move {
+                        let _ = api.delete(&name, &Default::default()).await;
+                    }
+                })
+                .await;
+            json!({"parallel": 32})
+        },
+    )
+    .await;
+    let default = drain_phase(
+        k,
+        "podsweep default (adaptive)",
+        "drain-default",
+        n,
+        &reader_token,
+        podsweep_drain(k, "drain-default", n, "drain-default", &[]),
+    )
+    .await;
+    let ceiling = drain_phase(
+        k,
+        "podsweep with a ceiling (rateLimit.qps=100)",
+        "drain-ceiling",
+        n,
+        &reader_token,
+        podsweep_drain(
+            k,
+            "drain-ceiling",
+            n,
+            "drain-ceiling",
+            &[(keys::RATE_QPS, "100")],
+        ),
+    )
+    .await;
+    let rate = |v: &serde_json::Value| v["deletes_per_s"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "{}",
+        json!({"bench": "real_retention", "case": "drain_side_by_side", "stamp": stamp(),
+            "reader_idle_p99_ms": idle_p99, "reader_idle_requests": idle.len(),
+            "runs": [raw, default, ceiling],
+            "default_vs_raw": (rate(&default) / rate(&raw) * 100.0).round() / 100.0,
+            "default_reader_p99_vs_idle": (default["reader_p99_ms"].as_f64().unwrap_or(f64::NAN) / idle_p99 * 100.0).round() / 100.0})
+    );
+    assert_eq!(default["deleted"], n);
+    assert_eq!(ceiling["deleted"], n);
+    assert!(rate(&ceiling) <= 110.0, "the ceiling holds: {ceiling}");
 }
