@@ -34,6 +34,9 @@ fn conf(pairs: &[(&str, &str)], client: Vec<(String, String)>) -> HashMap<String
         .collect()
 }
 
+/// A pod of the periods test: name, phase, annotations, the retain period expected (None: kept).
+type PodCase<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], Option<f64>);
+
 fn engine(conf: HashMap<String, String>, id: &str) -> Engine {
     Engine::new(
         Settings::from_map(conf).expect("settings"),
@@ -76,7 +79,7 @@ async fn failed_and_finished_periods_annotations_and_events() {
     let t0 = SystemTime::now() - Duration::from_secs(1);
     let t0 = SystemTime::UNIX_EPOCH
         + Duration::from_secs(t0.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs());
-    let pods: &[(&str, &str, &[(&str, &str)], Option<f64>)] = &[
+    let pods: &[PodCase] = &[
         ("fin", "Succeeded", &[], Some(4.0)),
         ("fail", "Failed", &[], Some(12.0)),
         (
