@@ -53,6 +53,8 @@ fn stamp() -> serde_json::Value {
             SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
         ).unwrap().to_string(),
         "api_server": format!("kube-apiserver {}", RealKube::shared().version),
+        "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok()
+            .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())),
     })
 }
 
@@ -226,7 +228,9 @@ async fn backlog(k: &'static RealKube, ns: &str, prefix: &str, n: usize, paralle
 /// Deletes every pod of `ns` with `parallel` DELETEs at once (a plain client, no limiter);
 /// returns the DELETEs per second it reached.
 async fn raw_drain(k: &'static RealKube, ns: &str, parallel: usize) -> (usize, f64) {
-    let api: Api<Pod> = Api::namespaced(k.admin().await, ns);
+    // Under a ServiceAccount, as podsweep: the admin's requests skip API Priority and Fairness.
+    let token = k.server_token("raw-client").await;
+    let api: Api<Pod> = Api::namespaced(k.client(&token).await, ns);
     let names = k.pods(ns).await;
     let start = Instant::now();
     futures::stream::iter(names.clone())
