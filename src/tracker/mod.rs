@@ -50,6 +50,11 @@ use crate::model::{AppState, CleanupKind, Observation};
 
 mod timers;
 
+/// The most records a tracker holds (a timer entry packs a record's slot into 24 bits): far more
+/// terminated pods than one namespace can hold in practice (the API server's own PodGC starts at
+/// 12,500 cluster-wide). A terminated pod past it is not tracked.
+pub const MAX_TRACKED: usize = 1 << 24;
+
 /// A pod UID as the tracker and the sweeper keep it.
 pub type Uid = Ident;
 
@@ -78,19 +83,17 @@ fn from_ms(ms: u64) -> Option<SystemTime> {
 }
 
 /// The parts of a pod name around its Kyuubi tag (Kyuubi names driver pods after the tag), shared
-/// by every pod whose name has the same parts.
+/// by every pod whose name has the same parts; or, for a name without the tag, the name itself
+/// (`around_tag` false, not shared). One pointer per record either way.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct NameShape {
     before: Box<str>,
     after: Box<str>,
+    around_tag: bool,
 }
 
-/// A pod name: its shape around the tag, or the name itself when it does not contain the tag.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum PodName {
-    AroundTag(Arc<NameShape>),
-    Plain(Arc<str>),
-}
+/// A pod name.
+type PodName = Arc<NameShape>;
 
 /// A terminated driver pod podsweep will delete when due.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,9 +134,11 @@ impl Record {
 
     /// The pod's name.
     pub fn name(&self) -> String {
-        match &self.name {
-            PodName::Plain(n) => n.to_string(),
-            PodName::AroundTag(s) => format!("{}{}{}", s.before, self.tag, s.after),
+        let s = &self.name;
+        if s.around_tag {
+            format!("{}{}{}", s.before, self.tag, s.after)
+        } else {
+            s.before.to_string()
         }
     }
 
@@ -226,7 +231,7 @@ pub struct Tracker {
     hasher: RandomState,
     /// Timers: (ms on the timer clock, slot), earliest first. An entry whose record is gone or
     /// whose record's `timer_at` differs is stale and skipped.
-    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    timers: BinaryHeap<Reverse<u64>>,
     /// Records with a timer armed.
     armed: usize,
     /// The timer clock's zero.
@@ -299,14 +304,19 @@ impl Tracker {
 
     fn shape(&mut self, tag: &str, name: &str) -> PodName {
         let Some(at) = (!tag.is_empty()).then(|| name.find(tag)).flatten() else {
-            return PodName::Plain(Arc::from(name));
+            return Arc::new(NameShape {
+                before: name.into(),
+                after: "".into(),
+                around_tag: false,
+            });
         };
         let probe = NameShape {
             before: name[..at].into(),
             after: name[at + tag.len()..].into(),
+            around_tag: true,
         };
         if let Some(s) = self.shapes.get(&probe) {
-            return PodName::AroundTag(s.clone());
+            return s.clone();
         }
         if self.shapes.len() >= 2 * self.shapes_kept + 64 {
             // Drop the shapes no record uses any more (amortised O(1) per shape).
@@ -315,7 +325,7 @@ impl Tracker {
         }
         let s = Arc::new(probe);
         self.shapes.insert(s.clone());
-        PodName::AroundTag(s)
+        s
     }
 
     /// A new record for `uid`, `Scheduled`, from what `obs` says of the pod.
@@ -415,6 +425,9 @@ impl Tracker {
             }
             return Verdict::Ignore;
         }
+        if self.records.len() >= MAX_TRACKED {
+            return Verdict::Ignore;
+        }
         self.add(uid, obs, now_wall, seen_running, false);
         Verdict::Arm
     }
@@ -443,6 +456,9 @@ impl Tracker {
         if let Some(slot) = self.slot(uid) {
             self.records[slot as usize].immediate = true;
             return Verdict::DueNow;
+        }
+        if self.records.len() >= MAX_TRACKED {
+            return Verdict::Ignore;
         }
         self.add(uid, obs, now_wall, seen_running, true);
         Verdict::DueNow

@@ -11,6 +11,16 @@ use tokio::time::Instant;
 
 use super::{from_ms, ms_ceil, Stage, Tracker, Uid};
 
+/// A timer entry in one word: the timer's millisecond (40 bits: 34 years of the timer clock) above
+/// the record's slot (24 bits, [`super::MAX_TRACKED`]); ordered by time first.
+fn pack(ms: u64, slot: u32) -> u64 {
+    (ms.min((1 << 40) - 1) << 24) | u64::from(slot & 0x00ff_ffff)
+}
+
+fn unpack(key: u64) -> (u64, u32) {
+    (key >> 24, (key & 0x00ff_ffff) as u32)
+}
+
 impl Tracker {
     /// Moves a record to `stage`; false if there is no record for `uid`. A record that leaves
     /// `Scheduled` this way is overdue since now; [`Tracker::set_due`] gives its deadline.
@@ -115,8 +125,11 @@ impl Tracker {
     fn timer_ms(&self, at: Instant) -> u64 {
         let d = at.saturating_duration_since(self.base);
         let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-        // 0 means "no timer": the earliest timer is at 1 ms.
-        u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+        // 0 means "no timer": the earliest timer is at 1 ms; the latest fits a packed entry
+        // (34 years of the timer clock: a later one fires then, never earlier).
+        u64::try_from(ms)
+            .unwrap_or(u64::MAX)
+            .clamp(1, (1 << 40) - 1)
     }
 
     /// Arms (or re-arms) the record's timer for `at` (rounded up to the millisecond); false if
@@ -134,7 +147,7 @@ impl Tracker {
             self.armed += 1;
         }
         rec.timer_at = ms;
-        self.timers.push(Reverse((ms, slot)));
+        self.timers.push(Reverse(pack(ms, slot)));
         self.compact_timers();
         true
     }
@@ -173,7 +186,8 @@ impl Tracker {
 
     /// When the earliest armed timer fires, if one is armed.
     pub fn next_timer(&mut self) -> Option<Instant> {
-        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+        while let Some(Reverse(key)) = self.timers.peek().copied() {
+            let (ms, slot) = unpack(key);
             if self.is_live(ms, slot) {
                 return Some(self.base + Duration::from_millis(ms));
             }
@@ -186,7 +200,8 @@ impl Tracker {
     pub fn take_expired(&mut self, now: Instant) -> Option<Uid> {
         let now_ms =
             u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
-        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+        while let Some(Reverse(key)) = self.timers.peek().copied() {
+            let (ms, slot) = unpack(key);
             if !self.is_live(ms, slot) {
                 self.timers.pop();
                 continue;
@@ -207,10 +222,9 @@ impl Tracker {
     pub(super) fn compact_timers(&mut self) {
         if self.timers.len() > 2 * self.armed + 64 {
             let records = &self.records;
-            self.timers.retain(|Reverse((ms, slot))| {
-                records
-                    .get(*slot as usize)
-                    .is_some_and(|r| r.timer_at == *ms)
+            self.timers.retain(|Reverse(key)| {
+                let (ms, slot) = unpack(*key);
+                records.get(slot as usize).is_some_and(|r| r.timer_at == ms)
             });
         }
     }
