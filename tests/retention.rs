@@ -205,3 +205,73 @@ async fn the_cap_deletes_the_oldest_first_whatever_the_annotations_say() {
     // The rest wait for their hour.
     assert!(deletes(&mut f, Duration::from_secs(3000)).await.is_empty());
 }
+
+/// A drain of 10,000 overdue pods with Events on: every pod is deleted, and the Events stay
+/// within `events.qps` (a burst of 10, then 5 a second), the rest counted as dropped.
+#[tokio::test(start_paused = true)]
+async fn events_are_bounded_during_a_drain() {
+    use common::manual::ManualBackend;
+    use common::recorder::{self, Recorder};
+    use podsweep::clock::Clock;
+    use podsweep::scope::Scope;
+    use std::sync::Arc;
+
+    start();
+    let rec = Arc::new(Recorder::default());
+    let backend = ManualBackend::default();
+    let signals = backend.signals.clone();
+    let wall0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let engine = common::fixture::engine(
+        &[
+            (keys::CLEANUP_KIND, "ALL"),
+            (keys::RETAIN_PERIOD, "PT1M"),
+            (keys::EVENTS_ENABLED, "true"),
+            (keys::RATE_QPS, "1000"),
+        ],
+        backend,
+        recorder::source(rec.clone()),
+        Clock::derived(wall0),
+    );
+    let scope = Scope::new(None, Some("spark"));
+    let n = 10_000;
+    for i in 0..n {
+        let mut o =
+            common::fixture::observation(&format!("p{i}"), EventKind::Update, AppState::Finished);
+        o.terminated_at = Some(wall0 - Duration::from_secs(3600));
+        engine.observe(scope.clone(), o).unwrap();
+    }
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let signal = signals.lock().unwrap().last().cloned().expect("a campaign");
+    signal.lead_until(
+        tokio::time::Instant::now() + Duration::from_secs(3600),
+        "test",
+    );
+    let t0 = tokio::time::Instant::now();
+    while rec.count() < n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "{} deleted",
+            rec.count()
+        );
+    }
+    let took = t0.elapsed();
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let st: serde_json::Value = serde_json::from_str(&engine.status_json(&scope)).unwrap();
+    let sent = rec.events.lock().unwrap().len() as u64;
+    let bound = 10 + (5.0 * took.as_secs_f64()).ceil() as u64;
+    println!(
+        "{n} deleted in {took:?} (paused time); {sent} Events, bound {bound}; status {}",
+        st["events_dropped"]
+    );
+    assert!(sent <= bound, "{sent} Events > {bound}");
+    assert!(sent >= 10, "{sent}");
+    assert_eq!(
+        st["events_sent"].as_u64().unwrap() + st["events_dropped"].as_u64().unwrap(),
+        n as u64
+    );
+}
