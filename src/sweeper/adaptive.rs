@@ -22,6 +22,8 @@ use crate::deleter::OutcomeClass;
 
 /// The first limit of a leader's term: as many DELETEs in flight as the fixed pace had.
 pub(super) const INITIAL_LIMIT: usize = 8;
+/// A latest answer this many times slower than the baseline shrinks the limit.
+pub(super) const RTT_TOLERANCE: f64 = 1.5;
 /// The adaptive limit's floor (see [`Pace::new`]).
 pub(super) const MIN_LIMIT: usize = 2;
 
@@ -40,9 +42,7 @@ impl Pace {
                 // again; the ramp after a Retry-After pause starts from one DELETE anyway.
                 .min_limit(MIN_LIMIT.min(ceiling))
                 .max_limit(ceiling)
-                // A DELETE's latency on a loaded API server varies a lot between requests: a
-                // latest answer twice the baseline still counts as healthy.
-                .rtt_tolerance(2.0)
+                .rtt_tolerance(RTT_TOLERANCE)
                 .build()
                 .ok()
         });
