@@ -52,6 +52,19 @@ impl RealKube {
     }
 
     fn up() -> RealKube {
+        // The directories of earlier test processes that have ended (their servers stopped with
+        // them): each holds an etcd data directory and an audit log.
+        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(pid) = name.strip_prefix("podsweep-real-kube-") else {
+                    continue;
+                };
+                if pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let dir = std::env::temp_dir().join(format!("podsweep-real-kube-{}", std::process::id()));
         let out = Command::new(repo.join("scripts/kube"))
