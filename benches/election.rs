@@ -175,6 +175,7 @@ fn pod(uid: &str, state: AppState, ended: Option<SystemTime>) -> Observation {
         has_app_selector: true,
         terminated_at: ended,
         deletion_requested: false,
+        annotations: None,
     }
 }
 

@@ -123,6 +123,7 @@ fn running_pod(uid: &str) -> Observation {
         has_app_selector: true,
         terminated_at: None,
         deletion_requested: false,
+        annotations: None,
     }
 }
 

@@ -234,6 +234,7 @@ fn pod(i: u64, terminated_at: SystemTime) -> Observation {
         has_app_selector: true,
         terminated_at: Some(terminated_at),
         deletion_requested: false,
+        annotations: None,
     }
 }
 

@@ -115,7 +115,28 @@ impl fmt::Display for Outcome {
 /// Sends one DELETE for a pod, by name, guarded by its UID.
 pub trait PodDeleter: Send + Sync + 'static {
     fn delete(&self, name: &str, uid: &str, dry_run: bool) -> BoxFuture<'static, Outcome>;
+
+    /// Records a Kubernetes Event about a pod of the deleter's namespace. The default records
+    /// nothing (deleters of tests and benches).
+    fn record(&self, _note: EventNote) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
+
+/// One Kubernetes Event (`events.k8s.io/v1`) about a driver pod, from its scope's leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventNote {
+    pub pod: String,
+    pub uid: String,
+    /// `Warning` (a refused DELETE) rather than `Normal`.
+    pub warning: bool,
+    /// CamelCase, as Kubernetes reasons are: `Deleted`, `DeleteRefused`.
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// The reporting controller of podsweep's Events.
+pub const EVENT_CONTROLLER: &str = "podsweep.org/cleanup";
 
 /// The DELETE parameters podsweep always sends.
 pub fn delete_params(uid: &str, dry_run: bool) -> DeleteParams {
@@ -134,6 +155,8 @@ pub fn delete_params(uid: &str, dry_run: bool) -> DeleteParams {
 pub struct KubeDeleter {
     client: kube::Client,
     request: Request,
+    namespace: String,
+    recorder: std::sync::Arc<kube::runtime::events::Recorder>,
 }
 
 impl KubeDeleter {
@@ -141,20 +164,60 @@ impl KubeDeleter {
     /// request path percent-encoded, whatever they contain.
     pub fn new(client: kube::Client, namespace: &str) -> Self {
         let ns = crate::names::path_segment(namespace);
+        let reporter = kube::runtime::events::Reporter {
+            controller: EVENT_CONTROLLER.to_owned(),
+            instance: gethostname::gethostname().into_string().ok(),
+        };
         KubeDeleter {
+            recorder: std::sync::Arc::new(kube::runtime::events::Recorder::new(
+                client.clone(),
+                reporter,
+            )),
             client,
             request: Request::new(format!("/api/v1/namespaces/{ns}/pods")),
+            namespace: namespace.to_owned(),
         }
     }
 }
 
 impl PodDeleter for KubeDeleter {
+    fn record(&self, note: EventNote) -> BoxFuture<'static, Result<(), String>> {
+        use kube::runtime::events::{Event, EventType};
+        let recorder = self.recorder.clone();
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(note.pod),
+            namespace: Some(self.namespace.clone()),
+            uid: Some(note.uid),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.to_owned(),
+            note: Some(note.note),
+            action: "Delete".to_owned(),
+            secondary: None,
+        };
+        Box::pin(async move {
+            recorder
+                .publish(&event, &reference)
+                .await
+                .map_err(|e| error_chain(&e))
+        })
+    }
+
     fn delete(&self, name: &str, uid: &str, dry_run: bool) -> BoxFuture<'static, Outcome> {
         let name = crate::names::path_segment(name);
         let built = self.request.delete(&name, &delete_params(uid, dry_run));
         let client = self.client.clone();
         Box::pin(async move {
             let req = match built {
+                Ok(r) if dry_run => with_dry_run_query(r).map(kube::client::Body::from),
                 Ok(r) => r.map(kube::client::Body::from),
                 Err(e) => {
                     return Outcome {
@@ -187,6 +250,17 @@ impl PodDeleter for KubeDeleter {
             }
         })
     }
+}
+
+/// A dry-run DELETE also says so in its URL (`dryRun=All`, besides the body's `dryRun`), so the
+/// API server's audit log, which records the URL, shows that nothing was meant to be deleted.
+fn with_dry_run_query(mut req: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+    let uri = req.uri().to_string();
+    let sep = if uri.contains('?') { '&' } else { '?' };
+    if let Ok(u) = format!("{uri}{sep}dryRun=All").parse() {
+        *req.uri_mut() = u;
+    }
+    req
 }
 
 /// Classifies an error raised before any HTTP answer arrived.

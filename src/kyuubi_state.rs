@@ -18,7 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::model::{AppState, EventKind, Observation};
+use crate::model::{
+    AppState, EventKind, Observation, PodAnnotations, KEEP_ANNOTATION, RETAIN_ANNOTATION,
+};
 
 /// Label every Kyuubi engine pod carries (the watch's label selector).
 pub const UNIQUE_TAG_LABEL: &str = "kyuubi-unique-tag";
@@ -55,6 +57,18 @@ impl Default for StateConfig {
 pub fn observation(pod: &Pod, cfg: &StateConfig, kind: EventKind) -> Option<Observation> {
     let meta = &pod.metadata;
     let labels = meta.labels.as_ref();
+    let state = application_state(pod, cfg, kind == EventKind::Delete);
+    // Read only where they can matter: an event that can lead to a DELETE.
+    let annotations = if state.is_terminated() {
+        meta.annotations.as_ref().and_then(|a| {
+            PodAnnotations::of(
+                a.get(RETAIN_ANNOTATION).map(String::as_str),
+                a.get(KEEP_ANNOTATION).map(String::as_str),
+            )
+        })
+    } else {
+        None
+    };
     Some(Observation {
         kind,
         tag: labels
@@ -63,10 +77,11 @@ pub fn observation(pod: &Pod, cfg: &StateConfig, kind: EventKind) -> Option<Obse
             .unwrap_or_default(),
         pod_name: meta.name.clone().filter(|n| !n.is_empty())?,
         pod_uid: meta.uid.clone().filter(|u| !u.is_empty())?,
-        state: application_state(pod, cfg, kind == EventKind::Delete),
+        state,
         has_app_selector: labels.is_some_and(|l| l.contains_key(APP_SELECTOR_LABEL)),
         terminated_at: terminated_at(pod, cfg),
         deletion_requested: meta.deletion_timestamp.is_some(),
+        annotations,
     })
 }
 

@@ -9,14 +9,15 @@
 //!    not passed, for a pod whose record says: Kyuubi Spark driver pod (labels `kyuubi-unique-tag`
 //!    and `spark-app-selector`), terminated, allowed by the cleanup kind, deadline passed, not
 //!    already deleting or gone (or a pod Kyuubi deletes at once, [`engine::Engine::due_now`],
-//!    whatever its state and the kind). It carries a UID precondition, so a re-created pod with
+//!    whatever its state and the kind; or, with a cap, one of the oldest pods past it). It carries a UID precondition, so a re-created pod with
 //!    the same name is never deleted. Names that are not Kubernetes names are refused; paths are
 //!    encoded.
 //! 2. Leadership is an efficiency lock, not a correctness lock: two leaders may overlap for a
 //!    moment; the cost is a duplicate DELETE that ends in 404 or 409. The lease is checked at send
 //!    time: a DELETE still in flight when it lapses is dropped. Scopes naming the same cluster and
 //!    namespace share one election ([`kube_client::resolve`]).
-//! 3. Deadline = time the pod terminated + retain period; first observation when the pod carries
+//! 3. Deadline = time the pod terminated + retain period (by outcome; never shortened by an
+//!    annotation); first observation when the pod carries
 //!    no time; a time in the future counts as now; for a pod seen running, never earlier than its
 //!    last running sighting nor its first terminated sighting minus 10 s. A new leader keeps the
 //!    old clock.

@@ -37,6 +37,21 @@ pub struct ScopeMetrics {
     pub queued_max: AtomicU64,
     /// Age of the oldest pod past its deadline, measured every few seconds.
     pub oldest_overdue_ms: AtomicU64,
+    /// Pods made due before their retain period ended because the scope was over its cap.
+    pub capped: AtomicU64,
+    /// Pods whose annotations changed their retain period (an override or `keep`), and pods
+    /// whose annotations could not be read (the operator's period applies).
+    pub annotated: AtomicU64,
+    pub annotations_malformed: AtomicU64,
+    /// Pods kept by `podsweep.org/keep` now (only the cap deletes them).
+    pub kept: AtomicU64,
+    /// Kubernetes Events recorded, not recorded (the API server refused them), and left out by
+    /// `events.qps`.
+    pub events_sent: AtomicU64,
+    pub events_failed: AtomicU64,
+    pub events_dropped: AtomicU64,
+    /// DELETEs in flight allowed now (the adaptive limit, or `maxInFlight`).
+    pub inflight_limit: AtomicU64,
     outcomes: [AtomicU64; 8],
     /// Lag from deadline to accepted DELETE: buckets of 0.1 s x 2^k (k = 0..13), then overflow.
     lag_buckets: [AtomicU64; LAG_BUCKETS + 1],
@@ -226,6 +241,14 @@ impl ScopeMetrics {
             "restarts": self.restarts.load(Relaxed),
             "queued": self.queued.load(Relaxed),
             "queued_max": self.queued_max.load(Relaxed),
+            "capped": self.capped.load(Relaxed),
+            "annotated": self.annotated.load(Relaxed),
+            "annotations_malformed": self.annotations_malformed.load(Relaxed),
+            "kept": self.kept.load(Relaxed),
+            "events_sent": self.events_sent.load(Relaxed),
+            "events_failed": self.events_failed.load(Relaxed),
+            "events_dropped": self.events_dropped.load(Relaxed),
+            "inflight_limit": self.inflight_limit.load(Relaxed),
             "leaderless_ms": match self.leaderless_since_ms.load(Relaxed) {
                 0 => 0,
                 since => epoch_ms().saturating_sub(since),

@@ -135,6 +135,53 @@ pub struct Observation {
     pub terminated_at: Option<SystemTime>,
     /// `metadata.deletionTimestamp` is set.
     pub deletion_requested: bool,
+    /// podsweep's annotations on the pod, as it carries them (read only for events that can
+    /// lead to a DELETE: a terminal state).
+    pub annotations: Option<Box<PodAnnotations>>,
+}
+
+/// The annotation with a pod's own retain period (a Kyuubi time value: milliseconds or ISO-8601).
+pub const RETAIN_ANNOTATION: &str = "podsweep.org/retain-period";
+/// The annotation that keeps a pod from deletion by retain period (`true`); the cap still applies.
+pub const KEEP_ANNOTATION: &str = "podsweep.org/keep";
+
+/// podsweep's annotations of a pod, unchecked (the scope task checks them against its settings).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodAnnotations {
+    pub retain_period: Option<Box<str>>,
+    pub keep: Option<Box<str>>,
+}
+
+impl PodAnnotations {
+    /// `None` when the pod carries neither annotation.
+    pub fn of(retain_period: Option<&str>, keep: Option<&str>) -> Option<Box<Self>> {
+        if retain_period.is_none() && keep.is_none() {
+            return None;
+        }
+        Some(Box::new(PodAnnotations {
+            retain_period: retain_period.map(Box::from),
+            keep: keep.map(Box::from),
+        }))
+    }
+
+    /// The fingerprint the JVM computes from the two values on its hot path, so that a changed
+    /// annotation of a terminated pod reaches its scope's task: Java's
+    /// `java.util.Objects.hash(retainPeriod, keep)`, 0 when both are absent.
+    pub fn fingerprint(this: Option<&Self>) -> u32 {
+        let Some(a) = this else {
+            return 0;
+        };
+        let h = |s: &Option<Box<str>>| s.as_deref().map_or(0, java_string_hash);
+        31u32
+            .wrapping_mul(31u32.wrapping_add(h(&a.retain_period)))
+            .wrapping_add(h(&a.keep))
+    }
+}
+
+/// Java's `String.hashCode` (over UTF-16 units), as an unsigned word.
+pub fn java_string_hash(s: &str) -> u32 {
+    s.encode_utf16()
+        .fold(0u32, |h, u| h.wrapping_mul(31).wrapping_add(u32::from(u)))
 }
 
 impl Observation {
@@ -152,6 +199,20 @@ impl Observation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fingerprint_is_javas_objects_hash() {
+        // Objects.hash("PT1H", "true") and Objects.hash(null, "true") in Java.
+        assert_eq!(java_string_hash("PT1H"), 2_465_595);
+        assert_eq!(java_string_hash("true"), 3_569_038);
+        let both = PodAnnotations::of(Some("PT1H"), Some("true"));
+        assert_eq!(
+            PodAnnotations::fingerprint(both.as_deref()),
+            (31 * (31 + 2_465_595) + 3_569_038) as u32
+        );
+        assert_eq!(PodAnnotations::fingerprint(None), 0);
+        assert!(PodAnnotations::of(None, None).is_none());
+    }
 
     #[test]
     fn state_codes_follow_kyuubis_declaration_order() {

@@ -47,17 +47,21 @@ impl Last {
         Last(ms & MS)
     }
 
-    fn terminal(timed: bool) -> Self {
-        Last(TERMINAL | if timed { TIMED } else { 0 })
+    /// Terminal, with the fingerprint of the pod's annotations in the low 32 bits.
+    fn terminal(timed: bool, annotations: u32) -> Self {
+        Last(TERMINAL | if timed { TIMED } else { 0 } | u64::from(annotations))
     }
 
     fn is_terminal(self) -> bool {
         self.0 & TERMINAL != 0
     }
 
-    /// A terminal event with (`timed`) or without a termination time says nothing new.
-    fn knows_terminal(self, timed: bool) -> bool {
-        self.is_terminal() && (self.0 & TIMED != 0 || !timed)
+    /// A terminal event with (`timed`) or without a termination time, and with the same
+    /// annotations, says nothing new.
+    fn knows_terminal(self, timed: bool, annotations: u32) -> bool {
+        self.is_terminal()
+            && (self.0 & TIMED != 0 || !timed)
+            && self.0 & u64::from(u32::MAX) == u64::from(annotations)
     }
 
     /// Running, seen so again at `ms`.
@@ -74,7 +78,7 @@ impl Last {
             self.seen_again(millis(now()));
             return true;
         }
-        head.terminal && self.knows_terminal(head.timed)
+        head.terminal && self.knows_terminal(head.timed, head.annotations)
     }
 
     /// When last seen running, if later than the event handed on.
@@ -104,6 +108,9 @@ pub struct Head {
     /// A DELETE event or a deletion timestamp.
     pub cleaned: bool,
     pub timed: bool,
+    /// The fingerprint of the pod's annotations ([`crate::model::PodAnnotations::fingerprint`]),
+    /// read for terminal events only (0 otherwise).
+    pub annotations: u32,
 }
 
 impl Head {
@@ -113,6 +120,11 @@ impl Head {
             terminal: obs.state.is_terminated(),
             cleaned: obs.is_cleaned(),
             timed: obs.terminated_at.is_some(),
+            annotations: if obs.state.is_terminated() {
+                crate::model::PodAnnotations::fingerprint(obs.annotations.as_deref())
+            } else {
+                0
+            },
         }
     }
 }
@@ -241,7 +253,7 @@ impl SeenPods {
             return Admit::Forward { seen_running: None };
         }
         let next = if head.terminal {
-            Last::terminal(head.timed)
+            Last::terminal(head.timed, head.annotations)
         } else {
             Last::running(millis(now))
         };
@@ -294,7 +306,30 @@ mod tests {
             terminal,
             cleaned: false,
             timed,
+            annotations: 0,
         }
+    }
+
+    #[test]
+    fn a_changed_annotation_of_a_terminated_pod_is_handed_on() {
+        let s = SeenPods::default();
+        let failed = head(true, true);
+        assert_eq!(
+            s.admit(&failed, at(1)()),
+            Admit::Forward { seen_running: None }
+        );
+        assert!(s.known(&failed, at(2)));
+        let annotated = Head {
+            annotations: 7,
+            ..failed
+        };
+        assert!(!s.known(&annotated, at(3)));
+        assert_eq!(
+            s.admit(&annotated, at(3)()),
+            Admit::Forward { seen_running: None }
+        );
+        assert!(s.known(&annotated, at(4)));
+        assert!(!s.known(&failed, at(5)), "the annotation was removed again");
     }
 
     fn at(ms: u64) -> impl FnOnce() -> SystemTime {
@@ -384,6 +419,7 @@ mod tests {
             terminal,
             cleaned,
             timed: true,
+            annotations: 0,
         };
         for i in 0..2_000 {
             s.admit(&at_uid(i, true, false), at(1)());

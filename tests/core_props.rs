@@ -163,6 +163,7 @@ proptest! {
                 has_app_selector: true,
                 terminated_at: e.terminated.then(|| wall0 + Duration::from_secs(i as u64)),
                 deletion_requested: e.deletion_requested,
+                annotations: None,
             };
             let wall = wall0 + Duration::from_secs(i as u64);
             let v = tracker.observe(&uids[e.uid], &obs, kind, wall, now);

@@ -282,6 +282,7 @@ async fn disallowed_scopes_and_bad_arguments_are_refused() {
         has_app_selector: true,
         terminated_at: None,
         deletion_requested: false,
+        annotations: None,
     };
     let e = engine
         .observe(Scope::new(Some("prod"), Some("other")), obs.clone())
@@ -546,6 +547,7 @@ async fn a_backend_that_decides_before_the_sweeper_runs_is_seen() {
         has_app_selector: true,
         terminated_at: None,
         deletion_requested: false,
+        annotations: None,
     };
     engine.observe(scope.clone(), obs).unwrap();
     for _ in 0..20 {

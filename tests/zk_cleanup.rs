@@ -73,6 +73,7 @@ fn pod(
         has_app_selector: true,
         terminated_at,
         deletion_requested: false,
+        annotations: None,
     }
 }
 

@@ -272,6 +272,7 @@ fn pod(uid: &str, kind: EventKind, state: AppState, at: Option<SystemTime>) -> O
         has_app_selector: true,
         terminated_at: at,
         deletion_requested: false,
+        annotations: None,
     }
 }
 

@@ -17,6 +17,7 @@ use crate::model::CleanupKind;
 
 mod ha;
 pub mod redact;
+mod retention;
 pub mod table;
 mod time;
 mod tuning;
@@ -26,6 +27,7 @@ use self::ha::parse_ha;
 use self::tuning::parse_tuning;
 
 pub use self::ha::{EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings};
+pub use self::retention::{Retention, ScopeWatch};
 pub use self::time::{parse_time, MAX_TIME};
 pub use self::tuning::{Tuning, MAX_QPS, MIN_QPS};
 pub use self::watch::{init_list_scopes, WatchSettings};
@@ -98,6 +100,31 @@ pub mod keys {
     pub const INIT_LIST: &str = "kyuubi.kubernetes.client.initialize.list";
     pub const STATE_SOURCE: &str = "kyuubi.kubernetes.application.state.source";
     pub const STATE_CONTAINER: &str = "kyuubi.kubernetes.application.state.container";
+    /// The retain period of drivers that did not finish (FAILED, KILLED, NOT_FOUND).
+    pub const FAILED_RETAIN_PERIOD: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.failed.retainPeriod";
+    /// The most terminated driver pods a scope keeps (0: no cap).
+    pub const MAX_TERMINATED_PODS: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.maxTerminatedPods";
+    /// Whether the per-pod annotations are honoured.
+    pub const ANNOTATIONS_ENABLED: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.annotations.enabled";
+    /// The longest retain period an annotation may ask for.
+    pub const ANNOTATIONS_MAX_RETAIN: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.annotations.maxRetainPeriod";
+    /// Kubernetes Events for the DELETEs the leader sends.
+    pub const EVENTS_ENABLED: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.events.enabled";
+    pub const EVENTS_QPS: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.events.qps";
+    /// The DELETE pace follows the API server's answers (the rate and in-flight keys are the
+    /// ceilings).
+    pub const RATE_ADAPTIVE: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.adaptive";
+    /// Kyuubi's proposed owner-scoped watch (apache/kyuubi#7756): each server's informer sees
+    /// only the pods it submitted (and shared ones).
+    pub const OWNER_SCOPED_WATCH: &str = "kyuubi.kubernetes.application.ownerScopedWatch.enabled";
+    /// podsweep's own switch of the leader's scope-wide watch beside the informers.
+    pub const SCOPE_WATCH: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scopeWatch";
 }
 
 /// Kyuubi's HA client class names.
@@ -151,6 +178,15 @@ pub struct Settings {
     pub tuning: Tuning,
     /// Self-watch mode (`watch.enabled`): the scopes to watch and Kyuubi's state mapping.
     pub watch: Option<WatchSettings>,
+    /// Retain periods by outcome, the per-scope cap, the per-pod annotations.
+    pub retention: Retention,
+    /// Kubernetes Events: `None` when off, else their rate per scope.
+    pub events_qps: Option<f64>,
+    /// Whether the leader of each scope also watches the whole scope beside the JVM's informers
+    /// (they see only their own pods: Kyuubi's owner-scoped watch).
+    pub scope_watch: bool,
+    /// Kyuubi's state mapping (state source and container).
+    pub state: crate::kyuubi_state::StateConfig,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
     /// Which of its values are secret ([`redact`]).
@@ -226,9 +262,16 @@ impl Settings {
             Some(v) => positive_time(keys::STEP_DOWN_AFTER, v)?,
         };
 
+        let retention = self::retention::parse_retention(&get, retain)?;
+        let events_qps = self::retention::parse_events(&get)?;
+        let scope_watch = self::retention::parse_scope_watch(&get)?.resolve(&get, watch.is_some());
         Ok(Settings {
             kind,
             retain,
+            retention,
+            events_qps,
+            scope_watch,
+            state: self::watch::parse_state(&get)?,
             context_allow: list(keys::CONTEXT_ALLOW_LIST),
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,

@@ -161,12 +161,31 @@ pub static KEYS: &[KeyDoc] = &[
         key: keys::RATE_QPS,
         const_name: "RATE_LIMIT_QPS",
         typ: KeyType::Double,
-        default: Some("10.0"),
-        fallback: None,
+        default: None,
+        fallback: Some(
+            "no ceiling while rateLimit.adaptive is true (the default); 10.0 when it is false",
+        ),
         check: Check::DoubleRange(super::MIN_QPS, super::MAX_QPS),
-        doc: "DELETE requests per second the cleanup leader of one Kubernetes context and \
-              namespace sends at most (a token bucket of rateLimit.burst), from 0.001 to 1000000.",
+        doc:
+            "DELETE requests per second the cleanup leader of one Kubernetes context and \
+              namespace sends at most (a token bucket of rateLimit.burst), from 0.001 to 1000000: \
+              a ceiling over the adaptive pace, or the fixed pace when rateLimit.adaptive is false.",
         since: "0.1.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::RATE_ADAPTIVE,
+        const_name: "RATE_LIMIT_ADAPTIVE",
+        typ: KeyType::Boolean,
+        default: Some("true"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether the number of DELETE requests in flight follows the API server's answers: \
+              it grows while they come back fast and without 429, and shrinks on a 429, a \
+              Retry-After or a rising latency, below maxInFlight and rateLimit.qps. false: a \
+              fixed pace of rateLimit.qps with maxInFlight requests in flight.",
+        since: "0.2.0",
         routes: ALL,
         internal: false,
     },
@@ -187,10 +206,11 @@ pub static KEYS: &[KeyDoc] = &[
         key: keys::MAX_IN_FLIGHT,
         const_name: "MAX_IN_FLIGHT",
         typ: KeyType::Int,
-        default: Some("8"),
-        fallback: None,
+        default: None,
+        fallback: Some("64 while rateLimit.adaptive is true (the default); 8 when it is false"),
         check: Check::IntRange(1, 1_000_000),
-        doc: "DELETE requests in flight at most, per Kubernetes context and namespace.",
+        doc: "DELETE requests in flight at most, per Kubernetes context and namespace: the \
+              ceiling of the adaptive limit.",
         since: "0.1.0",
         routes: ALL,
         internal: false,
@@ -284,6 +304,106 @@ pub static KEYS: &[KeyDoc] = &[
         doc: "A Kubernetes context and namespace with nothing to clean for this long releases \
               its election and Kubernetes client until its next pod event.",
         since: "0.1.0",
+        routes: &[Route::Patch],
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::FAILED_RETAIN_PERIOD,
+        const_name: "FAILED_RETAIN_PERIOD",
+        typ: KeyType::Duration,
+        default: None,
+        fallback: Some("the value of kyuubi.kubernetes.terminatedApplicationRetainPeriod"),
+        check: Check::PositiveDuration,
+        doc: "The retain period of driver pods whose application did not finish (FAILED, \
+              KILLED, NOT_FOUND), so failed drivers can be kept longer than finished ones \
+              without being kept for ever; finished ones keep \
+              kyuubi.kubernetes.terminatedApplicationRetainPeriod. Applies where the cleanup \
+              kind deletes them (ALL).",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::MAX_TERMINATED_PODS,
+        const_name: "MAX_TERMINATED_PODS",
+        typ: KeyType::Int,
+        default: Some("0"),
+        fallback: None,
+        check: Check::IntRange(0, 10_000_000),
+        doc: "At most this many terminated driver pods per Kubernetes context and namespace wait \
+              for their retain period; past it the cleanup leader deletes the oldest (by \
+              termination time) at once, whatever their annotations say. 0: no cap.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::ANNOTATIONS_ENABLED,
+        const_name: "ANNOTATIONS_ENABLED",
+        typ: KeyType::Boolean,
+        default: Some("false"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether a driver pod's annotations podsweep.org/retain-period (a longer retain \
+              period, at most annotations.maxRetainPeriod) and podsweep.org/keep=true (no \
+              deletion by retain period; the cap still applies) are honoured. Jobs set them with \
+              spark.kubernetes.driver.annotation.*; an annotation never makes a pod go sooner.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::ANNOTATIONS_MAX_RETAIN,
+        const_name: "ANNOTATIONS_MAX_RETAIN_PERIOD",
+        typ: KeyType::Duration,
+        default: Some("P7D"),
+        fallback: None,
+        check: Check::PositiveDuration,
+        doc: "The longest retain period a podsweep.org/retain-period annotation may ask for; a \
+              longer one counts as this.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::EVENTS_ENABLED,
+        const_name: "EVENTS_ENABLED",
+        typ: KeyType::Boolean,
+        default: Some("false"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether the cleanup leader records a Kubernetes Event (events.k8s.io/v1) in the \
+              pod's namespace when it deletes a driver pod or a DELETE is refused. Needs create \
+              and patch on events.k8s.io events.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::EVENTS_QPS,
+        const_name: "EVENTS_QPS",
+        typ: KeyType::Double,
+        default: Some("5.0"),
+        fallback: None,
+        check: Check::DoubleRange(0.01, 1000.0),
+        doc: "Events per second per Kubernetes context and namespace at most (a burst of 10); \
+              the events past it are not sent and are counted (events_dropped).",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::SCOPE_WATCH,
+        const_name: "SCOPE_WATCH",
+        typ: KeyType::String,
+        default: Some("AUTO"),
+        fallback: None,
+        check: Check::OneOf(&["AUTO", "ON", "OFF"]),
+        doc: "Whether the cleanup leader of each Kubernetes context and namespace also watches \
+              all its driver pods beside the informers, which must when an informer sees only \
+              the pods its server submitted. AUTO: when \
+              kyuubi.kubernetes.application.ownerScopedWatch.enabled is true.",
+        since: "0.2.0",
         routes: &[Route::Patch],
         internal: false,
     },
@@ -686,7 +806,10 @@ mod tests {
     /// What a key means to the engine, for comparing a default with the unset key.
     fn meaning(s: &Settings) -> String {
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            s.retention,
+            s.events_qps,
+            s.scope_watch,
             s.tuning,
             s.leaderless_alert,
             s.step_down_after,
@@ -829,7 +952,7 @@ mod tests {
         assert_eq!(rows.len(), KEYS.len());
         let qps = rows.iter().find(|r| r["key"] == keys::RATE_QPS).unwrap();
         assert_eq!(qps["type"], "double");
-        assert_eq!(qps["default"], "10.0");
+        assert!(qps["default"].is_null());
         assert!(qps["invalid"].as_array().unwrap().len() >= 2);
         let kind = rows.iter().find(|r| r["key"] == keys::WATCH_KIND).unwrap();
         assert!(kind["default"].is_null());

@@ -31,21 +31,7 @@ pub(super) fn parse_watch<'a>(
         Some(v) => (parse_kind(keys::WATCH_KIND, v)?, keys::WATCH_KIND),
         None => (stock_kind, keys::CLEANUP_KIND),
     };
-    let source = match get(keys::STATE_SOURCE) {
-        None => StateSource::Pod,
-        Some(v) if v.eq_ignore_ascii_case("POD") => StateSource::Pod,
-        Some(v) if v.eq_ignore_ascii_case("CONTAINER") => StateSource::Container,
-        Some(v) => {
-            return Err(ConfigError::invalid(
-                keys::STATE_SOURCE,
-                v,
-                "expected POD or CONTAINER",
-            ))
-        }
-    };
-    let container = get(keys::STATE_CONTAINER)
-        .unwrap_or(DEFAULT_STATE_CONTAINER)
-        .to_owned();
+    let state = parse_state(get)?;
     let scopes = match get(keys::INIT_LIST) {
         Some(list) => init_list_scopes(list),
         None => vec![Scope::new(
@@ -66,8 +52,31 @@ pub(super) fn parse_watch<'a>(
         kind,
         kind_key,
         scopes,
-        state: StateConfig { source, container },
+        state,
     }))
+}
+
+/// Kyuubi's state source and state container (read by every mode: the leaders' scope-wide
+/// watch beside owner-scoped informers maps pods too).
+pub(super) fn parse_state<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<StateConfig, ConfigError> {
+    let source = match get(keys::STATE_SOURCE) {
+        None => StateSource::Pod,
+        Some(v) if v.eq_ignore_ascii_case("POD") => StateSource::Pod,
+        Some(v) if v.eq_ignore_ascii_case("CONTAINER") => StateSource::Container,
+        Some(v) => {
+            return Err(ConfigError::invalid(
+                keys::STATE_SOURCE,
+                v,
+                "expected POD or CONTAINER",
+            ))
+        }
+    };
+    let container = get(keys::STATE_CONTAINER)
+        .unwrap_or(DEFAULT_STATE_CONTAINER)
+        .to_owned();
+    Ok(StateConfig { source, container })
 }
 
 /// Kyuubi's parsing of `kyuubi.kubernetes.client.initialize.list`: entries split at commas,

@@ -176,6 +176,9 @@ pub struct Engine {
     closed: AtomicBool,
     /// Self-watch mode's watch tasks (`None` when the JVM feeds the engine).
     watches: Option<Watches>,
+    /// The leaders' scope-wide watches beside the JVM's informers (`scopeWatch`: informers that
+    /// see only their own server's pods); they add events and drop nothing.
+    scope_watches: Option<Watches>,
 }
 
 impl Engine {
@@ -299,6 +302,21 @@ impl Engine {
         sweeper_cfg.step_down_after = settings.step_down_after;
         sweeper_cfg.idle_release = settings.idle_release;
         sweeper_cfg.tuning = settings.tuning.clone();
+        sweeper_cfg.retention = settings.retention.clone();
+        sweeper_cfg.events_qps = settings.events_qps;
+        let scope_watches = settings.scope_watch.then(|| {
+            info!(
+                "The informers see only part of each scope ({} = true, or {} = ON): the cleanup \
+                 leader of each scope also watches all its driver pods",
+                keys::OWNER_SCOPED_WATCH,
+                keys::SCOPE_WATCH
+            );
+            Watches::additive(
+                watch_source.clone(),
+                settings.state.clone(),
+                settings.leaderless_alert,
+            )
+        });
         let watches = settings.watch.as_ref().map(|w| {
             // Configured scopes campaign for the engine's whole life.
             sweeper_cfg.idle_release = crate::config::MAX_TIME;
@@ -345,6 +363,7 @@ impl Engine {
             next_id: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             watches,
+            scope_watches,
         };
         engine.start_watched_scopes();
         Ok(engine)
@@ -745,9 +764,9 @@ impl Engine {
         let release: Release = match (&self.watches, slot) {
             // A configured scope is never released: no event would bring it back.
             (Some(_), _) | (None, None) => Box::new(|_| false),
-            (None, Some(_)) => release_from(&self.scopes, &self.interned, key, id),
+            (None, Some(_)) => release_from(&self.scopes, &self.interned, key.clone(), id),
         };
-        sweeper::spawn(
+        let h = sweeper::spawn(
             scope,
             id,
             self.sweeper_cfg.clone(),
@@ -756,7 +775,11 @@ impl Engine {
             self.source.clone(),
             release,
             metrics,
-        )
+        );
+        if let Some(w) = &self.scope_watches {
+            w.start(&key, &h);
+        }
+        h
     }
 
     /// Kyuubi's `checkKubernetesInfo`: a context or namespace the scope names must be in its
@@ -805,11 +828,14 @@ impl Engine {
             return (Vec::new(), Vec::new());
         }
         // Watches stop first: nothing new reaches the scope tasks while they shut down.
-        let watches = self
+        let mut watches = self
             .watches
             .as_ref()
             .map(Watches::stop_all)
             .unwrap_or_default();
+        if let Some(w) = &self.scope_watches {
+            watches.extend(w.stop_all());
+        }
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         let handles: Vec<ScopeHandle> = scopes.drain().map(|(_, h)| h).collect();
         // Their tasks are gone: what they were told is of no use any more.

@@ -154,7 +154,7 @@ impl Engine {
                 v
             }
         };
-        if let Some(w) = &self.watches {
+        if let Some(w) = self.watches.as_ref().or(self.scope_watches.as_ref()) {
             w.add_status(key, &mut v);
         } else {
             v["watching"] = false.into();

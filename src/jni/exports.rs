@@ -13,7 +13,7 @@ use crate::config::Settings;
 use crate::election::{Identity, Leadership};
 use crate::engine::{runtime, Engine};
 use crate::ident::uuid_bytes;
-use crate::model::{AppState, EventKind, Observation};
+use crate::model::{AppState, EventKind, Observation, PodAnnotations};
 use crate::scope::Scope;
 use crate::seen::Head;
 
@@ -179,6 +179,8 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
     has_app_selector: jboolean,
     terminated_at_millis: jlong,
     deletion_timestamp_set: jboolean,
+    retain_annotation: JString<'l>,
+    keep_annotation: JString<'l>,
 ) {
     run(&mut env, (), |env| {
         let engine = engine(handle)?;
@@ -198,6 +200,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observe<'l>(
             has_app_selector: has_app_selector != JNI_FALSE,
             terminated_at: from_epoch_millis(terminated_at_millis),
             deletion_requested: deletion_timestamp_set != JNI_FALSE,
+            annotations: annotations(env, state, &retain_annotation, &keep_annotation)?,
         };
         let scope = scope_of(env, &context, &namespace)?;
         engine.observe(scope, obs)?;
@@ -224,6 +227,8 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_dueNow<'l>(
     terminated_at_millis: jlong,
     deletion_timestamp_set: jboolean,
     why: JString<'l>,
+    retain_annotation: JString<'l>,
+    keep_annotation: JString<'l>,
 ) -> jboolean {
     run(&mut env, JNI_FALSE, |env| {
         let engine = engine(handle)?;
@@ -241,6 +246,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_dueNow<'l>(
             has_app_selector: has_app_selector != JNI_FALSE,
             terminated_at: from_epoch_millis(terminated_at_millis),
             deletion_requested: deletion_timestamp_set != JNI_FALSE,
+            annotations: annotations(env, state, &retain_annotation, &keep_annotation)?,
         };
         let scope = scope_of(env, &context, &namespace)?;
         let why = opt_string(env, &why)?.unwrap_or_default();
@@ -312,6 +318,9 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
     has_app_selector: jboolean,
     terminated_at_millis: jlong,
     deletion_timestamp_set: jboolean,
+    annotation_hash: jint,
+    retain_annotation: JString<'l>,
+    keep_annotation: JString<'l>,
 ) {
     run(&mut env, (), |env| {
         let engine = engine(handle)?;
@@ -344,6 +353,12 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
             terminal: state.is_terminated(),
             cleaned,
             timed: terminated_at_millis > 0,
+            // Read by the JVM for terminal events only.
+            annotations: if state.is_terminated() {
+                annotation_hash as u32
+            } else {
+                0
+            },
         };
         let driver = !unique_tag.is_null() && has_app_selector != JNI_FALSE;
         if driver && engine.known(scope, &head)? {
@@ -375,6 +390,7 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_observeIn<'l>(
             has_app_selector: has_app_selector != JNI_FALSE,
             terminated_at: from_epoch_millis(terminated_at_millis),
             deletion_requested,
+            annotations: annotations(env, state, &retain_annotation, &keep_annotation)?,
         };
         engine.observe_in(
             scope,
@@ -478,6 +494,22 @@ pub extern "system" fn Java_org_podsweep_NativeBridge_panicForTest<'l>(
     run(&mut env, (), |_env| -> Result<(), Failure> {
         panic!("deliberate panic for testing the JNI error policy")
     })
+}
+
+/// podsweep's annotations of a pod in a terminal state (null strings: absent); none otherwise
+/// (only an event that can lead to a DELETE reads them).
+fn annotations(
+    env: &mut JNIEnv<'_>,
+    state: AppState,
+    retain: &JString<'_>,
+    keep: &JString<'_>,
+) -> Result<Option<Box<PodAnnotations>>, Failure> {
+    if !state.is_terminated() {
+        return Ok(None);
+    }
+    let retain = opt_string(env, retain)?;
+    let keep = opt_string(env, keep)?;
+    Ok(PodAnnotations::of(retain.as_deref(), keep.as_deref()))
 }
 
 /// The event kind from its Java ordinal, shared by both observe entry points.

@@ -88,9 +88,9 @@ impl Sweeper {
             return;
         }
         // Resuming after a Retry-After pause: fewer in flight until DELETEs get through again.
-        let cap = self.ramp.map_or(self.cfg.tuning.max_in_flight, |r| {
-            r.min(self.cfg.tuning.max_in_flight)
-        });
+        // The adaptive limit (or maxInFlight), lower still while resuming.
+        let limit = self.pace.limit();
+        let cap = self.ramp.map_or(limit, |r| r.min(limit));
         while self.inflight.len() < cap {
             if self.tracker.count(Stage::Due) == 0 {
                 return;
@@ -140,10 +140,11 @@ impl Sweeper {
                 // Checked at send time: if the lease lapses while the request is still being
                 // connected or answered, it is dropped, so nothing is written after the lapse.
                 let uid = task_uid.to_string();
+                let sent = Instant::now();
                 let out = authority
                     .within_lease(deleter.delete(&name, &uid, dry_run))
                     .await;
-                (task_uid, out)
+                (task_uid, out.map(|o| (o, sent.elapsed())))
             });
             self.inflight_uid.insert(abort.id(), uid.clone());
             self.inflight_abort.insert(uid, abort);
@@ -152,7 +153,7 @@ impl Sweeper {
 
     pub(super) fn on_done(
         &mut self,
-        done: Result<(tokio::task::Id, (Uid, Option<Outcome>)), tokio::task::JoinError>,
+        done: Result<(tokio::task::Id, super::Sent), tokio::task::JoinError>,
     ) {
         let (uid, outcome) = match done {
             Ok((id, (uid, outcome))) => {
@@ -169,8 +170,14 @@ impl Sweeper {
                 (uid, None)
             }
         };
+        let in_flight = self.inflight.len() + 1;
         self.inflight_abort.remove(&uid);
         self.requeue_rearmed(&uid);
+        let outcome = outcome.map(|(o, latency)| {
+            self.pace
+                .answered(o.class, o.retry_after.is_some(), latency, in_flight);
+            o
+        });
         let deleting = self
             .tracker
             .get(&uid)
@@ -198,13 +205,16 @@ impl Sweeper {
             (false, None) => return self.dispatch(),
         };
         self.report(&uid, &rec, &outcome);
+        self.event_for(&uid, &rec, &outcome, &self.why(&rec));
         if cancelled {
             self.settle_rearmed(&uid, &outcome);
             self.dispatch();
             return;
         }
         if outcome.class.is_done() {
-            self.tracker.settle(&uid, Instant::now());
+            if let Some(gone) = self.tracker.settle(&uid, Instant::now()) {
+                self.unkeep(&gone);
+            }
             self.forget(&uid);
         } else {
             // The pause's detail quotes the answer, never a pod: it is logged once per pause.
@@ -290,6 +300,14 @@ impl Sweeper {
                 );
                 self.metrics.record_lag(late);
             }
+            OutcomeClass::Accepted if rec.capped => {
+                info!(
+                    scope = %scope, pod = %name, uid = %uid, tag = %tag,
+                    "{verb} terminated driver pod {name} ({}, kyuubi-unique-tag={tag}) in scope {scope} before its retain period ended: the scope was over its cap of {} terminated pods ({late:.1}s after)",
+                    rec.state.as_str(), self.cfg.retention.max_terminated
+                );
+                self.metrics.record_lag(late);
+            }
             OutcomeClass::Accepted => {
                 info!(
                     scope = %scope, pod = %name, uid = %uid, tag = %tag,
@@ -349,7 +367,7 @@ impl Sweeper {
         self.build_at = Some(Instant::now());
         self.last_leadership = Leadership::Following;
         let now_wall = self.clock.now();
-        let armed: Vec<(Uid, Duration)> = self
+        let armed: Vec<(Uid, Option<Duration>)> = self
             .tracker
             .iter()
             .map(|(uid, rec)| (uid.clone(), self.time_left(rec, now_wall)))
@@ -357,7 +375,25 @@ impl Sweeper {
         let now = Instant::now();
         for (uid, left) in armed {
             self.tracker.set_stage(&uid, Stage::Scheduled);
-            self.tracker.arm(&uid, now + left);
+            if let Some(left) = left {
+                self.tracker.arm(&uid, now + left);
+            }
+        }
+        self.enforce_cap(now_wall);
+    }
+
+    /// Why a record's pod goes, for its Event.
+    fn why(&self, rec: &crate::tracker::Record) -> String {
+        if rec.immediate {
+            "Kyuubi asked for its deletion".to_owned()
+        } else if rec.capped {
+            format!(
+                "the namespace was over the cap of {} terminated driver pods",
+                self.cfg.retention.max_terminated
+            )
+        } else {
+            let retain = self.retain_of(rec).unwrap_or_default();
+            format!("its retain period of {retain:?} has passed")
         }
     }
 }

@@ -9,7 +9,7 @@
 //!   event; before a terminal state, the last running state that preceded it (so the record is
 //!   armed no earlier than it would have been); of two terminal states the first, as Kyuubi
 //!   judges a pod by the first terminal state it saw (with a termination time only a later
-//!   event had); the latest time the pod was last seen running (answered on the caller's
+//!   event had, and the later event's annotations); the latest time the pod was last seen running (answered on the caller's
 //!   thread, [`crate::seen`]); and a DELETE event or deletion timestamp is final (nothing
 //!   after it is kept).
 //! * Events of one pod reach the task in order; events of different pods keep the order of each
@@ -64,12 +64,14 @@ impl Entry {
                 self.last = Some(obs);
             }
             // Terminal, then terminal: the first decides (Kyuubi keeps the first terminal state
-            // it saw); a termination time the first lacked is taken from the later one.
+            // it saw); a termination time the first lacked is taken from the later one, and the
+            // pod's annotations are the later one's (the latest word on its retention).
             Some(_) => {
                 if let Some(l) = &mut self.last {
                     if l.terminated_at.is_none() {
                         l.terminated_at = obs.terminated_at;
                     }
+                    l.annotations = obs.annotations;
                 }
             }
             None => self.last = Some(obs),
@@ -213,6 +215,7 @@ mod tests {
             has_app_selector: true,
             terminated_at: None,
             deletion_requested: false,
+            annotations: None,
         }
     }
 

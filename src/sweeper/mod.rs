@@ -25,9 +25,12 @@
 //! * An aborted DELETE may already have reached the API server; the next leader's DELETE then ends
 //!   in 404 or 409 (already absent / replaced), which counts as done.
 
+mod adaptive;
 mod deletes;
+mod events;
 mod failures;
 mod inbox;
+mod retention;
 mod supervise;
 mod watched;
 
@@ -65,11 +68,19 @@ pub use self::supervise::{spawn, Release, ScopeHandle};
 pub type DeleterSource =
     Arc<dyn Fn(Scope) -> BoxFuture<'static, Result<Arc<dyn PodDeleter>, String>> + Send + Sync>;
 
+/// What a DELETE task gives back: its pod, and the answer with its latency (`None`: not sent,
+/// or aborted).
+type Sent = (Uid, Option<(Outcome, Duration)>);
+
 /// How a sweeper behaves.
 #[derive(Clone, Debug)]
 pub struct SweeperConfig {
     pub kind: CleanupKind,
     pub retain: Duration,
+    /// Retain periods by outcome, the cap, the annotations (Kyuubi's one period by default).
+    pub retention: crate::config::Retention,
+    /// Kubernetes Events per second, when they are on.
+    pub events_qps: Option<f64>,
     /// Pacing, in-flight cap, dry run, retry waits.
     pub tuning: Tuning,
     /// How long a cleaned UID is remembered.
@@ -93,6 +104,8 @@ impl SweeperConfig {
         SweeperConfig {
             kind,
             retain,
+            retention: crate::config::Retention::uniform(retain),
+            events_qps: None,
             tuning: Tuning::default(),
             tombstone_ttl: retain.max(Duration::from_secs(600)) + Duration::from_secs(600),
             client_retry: Duration::from_secs(30),
@@ -154,7 +167,7 @@ struct Sweeper {
     tracker: Tracker,
     /// UIDs in stage `Due`, oldest first; may hold stale entries (compacted, see `compact_due`).
     due: VecDeque<Uid>,
-    inflight: JoinSet<(Uid, Option<Outcome>)>,
+    inflight: JoinSet<Sent>,
     inflight_uid: HashMap<Id, Uid>,
     inflight_abort: HashMap<Uid, AbortHandle>,
     /// Records cancelled by an event while their DELETE was in flight, kept until it ends.
@@ -193,6 +206,12 @@ struct Sweeper {
     /// While the backoff pause is open: the end it was opened with (so that the loop, which
     /// looks at every turn, writes it again only when it changes).
     backoff_until: Option<Option<Instant>>,
+    /// The bound on WARNs about unreadable annotations.
+    warn_bound: retention::WarnBound,
+    /// The bound on Kubernetes Events (`None`: Events are off).
+    event_bucket: Option<Bucket>,
+    /// DELETEs in flight allowed, from the API server's answers.
+    pace: adaptive::Pace,
 }
 
 impl Sweeper {
@@ -349,17 +368,24 @@ impl Sweeper {
         }
     }
 
-    fn time_left(&self, rec: &crate::tracker::Record, now_wall: std::time::SystemTime) -> Duration {
+    /// Time left until a record is due; `None` for a pod kept by its annotation (only the cap
+    /// deletes it).
+    fn time_left(
+        &self,
+        rec: &crate::tracker::Record,
+        now_wall: std::time::SystemTime,
+    ) -> Option<Duration> {
+        let retain = self.retain_of(rec)?;
         if rec.immediate {
-            return Duration::ZERO;
+            return Some(Duration::ZERO);
         }
-        schedule::time_left(
+        Some(schedule::time_left(
             rec.terminated_at(),
             rec.first_seen(),
             rec.seen_running(),
-            self.cfg.retain,
+            retain,
             now_wall,
-        )
+        ))
     }
 
     fn deadline(
@@ -371,13 +397,17 @@ impl Sweeper {
             // Due from the moment Kyuubi asked.
             return rec.first_seen();
         }
-        schedule::deadline(
-            rec.terminated_at(),
-            rec.first_seen(),
-            rec.seen_running(),
-            self.cfg.retain,
-            now_wall,
-        )
+        match (rec.capped, self.retain_of(rec)) {
+            (false, Some(retain)) => schedule::deadline(
+                rec.terminated_at(),
+                rec.first_seen(),
+                rec.seen_running(),
+                retain,
+                now_wall,
+            ),
+            // Due since the cap made it so.
+            _ => rec.overdue_since().unwrap_or(now_wall),
+        }
     }
 
     fn on_observe(&mut self, obs: &Observation) {
@@ -388,28 +418,31 @@ impl Sweeper {
             .tracker
             .observe(&uid, obs, self.cfg.kind, now_wall, Instant::now())
         {
-            Verdict::Ignore => {}
+            Verdict::Ignore => {
+                // A terminated pod's annotations may have changed.
+                if self.apply_annotations(&uid, obs) {
+                    self.rearm(uid, now_wall);
+                }
+            }
             Verdict::Arm => {
+                self.apply_annotations(&uid, obs);
                 let Some(rec) = self.tracker.get(&uid) else {
                     return;
                 };
                 let left = self.time_left(rec, now_wall);
                 debug!(
                     scope = %self.scope, pod = %obs.pod_name, uid = %uid, tag = %obs.tag,
-                    "Scheduled {} ({}) for deletion in {:.1}s", obs.pod_name, obs.state.as_str(), left.as_secs_f64()
+                    "Scheduled {} ({}) for deletion in {:?}", obs.pod_name, obs.state.as_str(), left
                 );
-                self.schedule(uid, left, now_wall);
+                self.rearm(uid, now_wall);
+                self.enforce_cap(now_wall);
             }
             Verdict::Rearm => {
-                let Some(rec) = self.tracker.get(&uid) else {
-                    return;
-                };
-                if rec.stage == Stage::Scheduled {
-                    let left = self.time_left(rec, now_wall);
-                    self.schedule(uid, left, now_wall);
-                }
+                self.apply_annotations(&uid, obs);
+                self.rearm(uid, now_wall);
             }
             Verdict::Cancel(rec) => {
+                self.unkeep(&rec);
                 ScopeMetrics::inc(&self.metrics.cancelled);
                 self.forget(&uid);
                 if self.inflight_abort.contains_key(&uid) {
@@ -424,6 +457,7 @@ impl Sweeper {
             }
             Verdict::DueNow => self.make_due_now(uid, now_wall),
             Verdict::Disarm(rec) => {
+                self.unkeep(&rec);
                 ScopeMetrics::inc(&self.metrics.disarmed);
                 self.forget(&uid);
                 if let Some(abort) = self.inflight_abort.remove(&uid) {
@@ -805,6 +839,7 @@ impl Sweeper {
         ScopeMetrics::set(&self.metrics.due, self.tracker.count(Stage::Due));
         ScopeMetrics::set(&self.metrics.inflight, self.inflight.len());
         ScopeMetrics::set(&self.metrics.spared, self.tracker.spared_count());
+        ScopeMetrics::set(&self.metrics.inflight_limit, self.pace.limit());
     }
 }
 

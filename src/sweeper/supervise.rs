@@ -83,9 +83,18 @@ pub(super) fn new_sweeper(
     release: Release,
     metrics: Arc<ScopeMetrics>,
 ) -> Sweeper {
+    let (cfg_events, cfg_adaptive, cfg_ceiling) = (
+        cfg.events_qps,
+        cfg.tuning.adaptive,
+        cfg.tuning.max_in_flight,
+    );
+    let mut tracker = Tracker::new(cfg.tombstone_ttl);
+    if cfg.retention.max_terminated > 0 {
+        tracker.enable_cap();
+    }
     Sweeper {
         pods: Arc::new(PodQueue::default()),
-        tracker: Tracker::new(cfg.tombstone_ttl),
+        tracker,
         bucket: Bucket::new(cfg.tuning.qps, cfg.tuning.burst),
         gate: Arc::new(Gate::default()),
         failures: Failures::default(),
@@ -117,6 +126,9 @@ pub(super) fn new_sweeper(
         ramp: None,
         last_retry: String::new(),
         backoff_until: None,
+        warn_bound: Default::default(),
+        event_bucket: super::events::bucket(cfg_events),
+        pace: super::adaptive::Pace::new(cfg_adaptive, cfg_ceiling),
     }
 }
 

@@ -91,6 +91,7 @@ async fn a_paused_leading_flip_seen_as_one_change_still_dispatches() {
         // Not due yet: its timer is armed, and fired by hand below.
         terminated_at: Some(SystemTime::now()),
         deletion_requested: false,
+        annotations: None,
     };
     sw.on_observe(&obs);
     let uid = Uid::new("u-flip");
@@ -218,6 +219,7 @@ async fn after_a_retry_after_pause_the_scope_resumes_gently_and_loses_nothing() 
             has_app_selector: true,
             terminated_at: Some(long_ago),
             deletion_requested: false,
+            annotations: None,
         };
         h.tx.send(Command::Observe(obs)).unwrap();
     }

@@ -60,6 +60,7 @@ impl Sweeper {
     /// Drops what belongs to a record that is gone from the tracker (its timer went with it); a
     /// DELETE in flight for it finishes and is reported.
     fn drop_record(&mut self, uid: Uid, rec: Record) {
+        self.unkeep(&rec);
         self.failures.forget(&uid);
         if self.inflight_abort.contains_key(&uid) {
             self.finishing.insert(uid, rec);
@@ -81,7 +82,9 @@ impl Sweeper {
             return;
         }
         self.failures.forget(uid);
-        self.tracker.settle(uid, Instant::now());
+        if let Some(gone) = self.tracker.settle(uid, Instant::now()) {
+            self.unkeep(&gone);
+        }
         self.compact_due();
     }
 }

@@ -50,6 +50,11 @@ use crate::model::{AppState, CleanupKind, Observation};
 
 mod timers;
 
+/// The most records a tracker holds (a timer entry packs a record's slot into 24 bits): far more
+/// terminated pods than one namespace can hold in practice (the API server's own PodGC starts at
+/// 12,500 cluster-wide). A terminated pod past it is not tracked.
+pub const MAX_TRACKED: usize = 1 << 24;
+
 /// A pod UID as the tracker and the sweeper keep it.
 pub type Uid = Ident;
 
@@ -78,19 +83,17 @@ fn from_ms(ms: u64) -> Option<SystemTime> {
 }
 
 /// The parts of a pod name around its Kyuubi tag (Kyuubi names driver pods after the tag), shared
-/// by every pod whose name has the same parts.
+/// by every pod whose name has the same parts; or, for a name without the tag, the name itself
+/// (`around_tag` false, not shared). One pointer per record either way.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct NameShape {
     before: Box<str>,
     after: Box<str>,
+    around_tag: bool,
 }
 
-/// A pod name: its shape around the tag, or the name itself when it does not contain the tag.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum PodName {
-    AroundTag(Arc<NameShape>),
-    Plain(Arc<str>),
-}
+/// A pod name.
+type PodName = Arc<NameShape>;
 
 /// A terminated driver pod podsweep will delete when due.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +111,9 @@ pub struct Record {
     overdue_since: u64,
     /// Failed DELETE attempts so far.
     pub attempts: u32,
+    /// The pod's own retain period from its annotations, in whole seconds rounded up
+    /// ([`POLICY_NONE`]: the operator's; [`POLICY_KEEP`]: kept until the cap).
+    policy: u32,
     pub state: AppState,
     /// Changed only through [`Tracker::set_stage`] / [`Tracker::set_due`], which keep the
     /// per-stage counts and the overdue set.
@@ -116,14 +122,23 @@ pub struct Record {
     /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
     /// and the cleanup kind, and never disarmed by a later running state.
     pub immediate: bool,
+    /// Made due by the scope's cap, before its retain period ended.
+    pub capped: bool,
 }
 
 impl Record {
+    /// Since when the record is overdue (its deadline, or when the cap made it due), if it is.
+    pub fn overdue_since(&self) -> Option<SystemTime> {
+        from_ms(self.overdue_since)
+    }
+
     /// The pod's name.
     pub fn name(&self) -> String {
-        match &self.name {
-            PodName::Plain(n) => n.to_string(),
-            PodName::AroundTag(s) => format!("{}{}{}", s.before, self.tag, s.after),
+        let s = &self.name;
+        if s.around_tag {
+            format!("{}{}{}", s.before, self.tag, s.after)
+        } else {
+            s.before.to_string()
         }
     }
 
@@ -140,6 +155,53 @@ impl Record {
     /// The last time the pod was seen in a non-terminal state, if it was.
     pub fn seen_running(&self) -> Option<SystemTime> {
         from_ms(self.seen_running)
+    }
+
+    /// What the pod's annotations ask for ([`Policy`]).
+    pub fn policy(&self) -> Policy {
+        match self.policy {
+            POLICY_NONE => Policy::Default,
+            POLICY_KEEP => Policy::Keep,
+            s => Policy::Retain(Duration::from_secs(u64::from(s))),
+        }
+    }
+
+    /// The time the cap orders pods by: when the pod terminated, else when it was first seen so.
+    fn age_key(&self) -> u64 {
+        if self.terminated_at != 0 {
+            self.terminated_at
+        } else {
+            self.first_seen
+        }
+    }
+}
+
+const POLICY_NONE: u32 = 0;
+const POLICY_KEEP: u32 = u32::MAX;
+
+/// What a pod's annotations ask for, once checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// The operator's retain period.
+    Default,
+    /// Its own retain period (bounded by the operator's settings where it is used).
+    Retain(Duration),
+    /// Not deleted by retain period; the cap still applies.
+    Keep,
+}
+
+impl Policy {
+    fn word(self) -> u32 {
+        match self {
+            Policy::Default => POLICY_NONE,
+            Policy::Keep => POLICY_KEEP,
+            Policy::Retain(d) => {
+                let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+                u32::try_from(s)
+                    .unwrap_or(POLICY_KEEP - 1)
+                    .clamp(1, POLICY_KEEP - 1)
+            }
+        }
     }
 }
 
@@ -169,7 +231,7 @@ pub struct Tracker {
     hasher: RandomState,
     /// Timers: (ms on the timer clock, slot), earliest first. An entry whose record is gone or
     /// whose record's `timer_at` differs is stale and skipped.
-    timers: BinaryHeap<Reverse<(u64, u32)>>,
+    timers: BinaryHeap<Reverse<u64>>,
     /// Records with a timer armed.
     armed: usize,
     /// The timer clock's zero.
@@ -188,6 +250,9 @@ pub struct Tracker {
     tombstones: HashMap<Uid, Instant>,
     tombstone_order: VecDeque<(Instant, Uid)>,
     tombstone_ttl: Duration,
+    /// With a cap ([`Tracker::enable_cap`]): the `Scheduled` records by age, oldest first:
+    /// (age key wall ms, slot).
+    by_age: Option<BTreeSet<(u64, u32)>>,
 }
 
 impl Tracker {
@@ -208,6 +273,7 @@ impl Tracker {
             tombstones: HashMap::new(),
             tombstone_order: VecDeque::new(),
             tombstone_ttl,
+            by_age: None,
         }
     }
 
@@ -223,7 +289,11 @@ impl Tracker {
 
     fn insert(&mut self, rec: Record) {
         let hash = self.hasher.hash_one(&rec.uid);
+        let age = rec.age_key();
         let slot = self.records.insert(rec) as u32;
+        if let Some(by_age) = &mut self.by_age {
+            by_age.insert((age, slot));
+        }
         let (records, hasher) = (&self.records, &self.hasher);
         self.index.insert_unique(hash, slot, |&s| {
             records
@@ -234,14 +304,19 @@ impl Tracker {
 
     fn shape(&mut self, tag: &str, name: &str) -> PodName {
         let Some(at) = (!tag.is_empty()).then(|| name.find(tag)).flatten() else {
-            return PodName::Plain(Arc::from(name));
+            return Arc::new(NameShape {
+                before: name.into(),
+                after: "".into(),
+                around_tag: false,
+            });
         };
         let probe = NameShape {
             before: name[..at].into(),
             after: name[at + tag.len()..].into(),
+            around_tag: true,
         };
         if let Some(s) = self.shapes.get(&probe) {
-            return PodName::AroundTag(s.clone());
+            return s.clone();
         }
         if self.shapes.len() >= 2 * self.shapes_kept + 64 {
             // Drop the shapes no record uses any more (amortised O(1) per shape).
@@ -250,7 +325,7 @@ impl Tracker {
         }
         let s = Arc::new(probe);
         self.shapes.insert(s.clone());
-        PodName::AroundTag(s)
+        s
     }
 
     /// A new record for `uid`, `Scheduled`, from what `obs` says of the pod.
@@ -276,7 +351,9 @@ impl Tracker {
             overdue_since: 0,
             stage: Stage::Scheduled,
             attempts: 0,
+            policy: POLICY_NONE,
             immediate,
+            capped: false,
         });
     }
 
@@ -329,7 +406,14 @@ impl Tracker {
             let rec = &mut self.records[slot as usize];
             if rec.terminated_at == 0 {
                 if let Some(t) = obs.terminated_at {
+                    let before = rec.age_key();
                     rec.terminated_at = ms_ceil(t);
+                    let after = rec.age_key();
+                    let scheduled = rec.stage == Stage::Scheduled;
+                    if let (Some(by_age), true) = (&mut self.by_age, scheduled) {
+                        by_age.remove(&(before, slot));
+                        by_age.insert((after, slot));
+                    }
                     return Verdict::Rearm;
                 }
             }
@@ -339,6 +423,9 @@ impl Tracker {
             if kind != CleanupKind::None {
                 self.spared.insert(uid.clone());
             }
+            return Verdict::Ignore;
+        }
+        if self.records.len() >= MAX_TRACKED {
             return Verdict::Ignore;
         }
         self.add(uid, obs, now_wall, seen_running, false);
@@ -369,6 +456,9 @@ impl Tracker {
         if let Some(slot) = self.slot(uid) {
             self.records[slot as usize].immediate = true;
             return Verdict::DueNow;
+        }
+        if self.records.len() >= MAX_TRACKED {
+            return Verdict::Ignore;
         }
         self.add(uid, obs, now_wall, seen_running, true);
         Verdict::DueNow
@@ -406,6 +496,9 @@ impl Tracker {
         }
         if rec.overdue_since != 0 {
             self.overdue.remove(&(rec.overdue_since, slot));
+        }
+        if let (Some(by_age), Stage::Scheduled) = (&mut self.by_age, rec.stage) {
+            by_age.remove(&(rec.age_key(), slot));
         }
         self.compact_timers();
         Some(rec)
@@ -485,6 +578,9 @@ impl Tracker {
         self.timers.clear();
         self.armed = 0;
         self.overdue.clear();
+        if let Some(by_age) = &mut self.by_age {
+            by_age.clear();
+        }
         let records = std::mem::take(&mut self.records);
         records
             .into_iter()

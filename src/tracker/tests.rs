@@ -14,6 +14,7 @@ fn obs(kind: EventKind, uid: &str, state: AppState) -> Observation {
         has_app_selector: true,
         terminated_at: None,
         deletion_requested: false,
+        annotations: None,
     }
 }
 

@@ -11,6 +11,16 @@ use tokio::time::Instant;
 
 use super::{from_ms, ms_ceil, Stage, Tracker, Uid};
 
+/// A timer entry in one word: the timer's millisecond (40 bits: 34 years of the timer clock) above
+/// the record's slot (24 bits, [`super::MAX_TRACKED`]); ordered by time first.
+fn pack(ms: u64, slot: u32) -> u64 {
+    (ms.min((1 << 40) - 1) << 24) | u64::from(slot & 0x00ff_ffff)
+}
+
+fn unpack(key: u64) -> (u64, u32) {
+    (key >> 24, (key & 0x00ff_ffff) as u32)
+}
+
 impl Tracker {
     /// Moves a record to `stage`; false if there is no record for `uid`. A record that leaves
     /// `Scheduled` this way is overdue since now; [`Tracker::set_due`] gives its deadline.
@@ -30,6 +40,18 @@ impl Tracker {
         let rec = &mut self.records[slot as usize];
         self.counts[rec.stage as usize] -= 1;
         self.counts[stage as usize] += 1;
+        if let Some(by_age) = &mut self.by_age {
+            // The cap counts the pods that wait for their retain period.
+            match (rec.stage == Stage::Scheduled, stage == Stage::Scheduled) {
+                (true, false) => {
+                    by_age.remove(&(rec.age_key(), slot));
+                }
+                (false, true) => {
+                    by_age.insert((rec.age_key(), slot));
+                }
+                _ => {}
+            }
+        }
         rec.stage = stage;
         if stage == Stage::Scheduled {
             if rec.overdue_since != 0 {
@@ -40,6 +62,53 @@ impl Tracker {
             rec.overdue_since = ms_ceil(deadline.unwrap_or_else(SystemTime::now));
             self.overdue.insert((rec.overdue_since, slot));
         }
+        true
+    }
+
+    /// Keeps the `Scheduled` records in age order from now on, so [`Tracker::over_cap`] finds the
+    /// oldest in O(log n). Costs one ordered-set entry per waiting pod: only scopes with a cap.
+    pub fn enable_cap(&mut self) {
+        if self.by_age.is_some() {
+            return;
+        }
+        let set = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.stage == Stage::Scheduled)
+            .map(|(slot, r)| (r.age_key(), slot as u32))
+            .collect();
+        self.by_age = Some(set);
+    }
+
+    /// The oldest pod waiting for its retain period while more than `cap` do (needs
+    /// [`Tracker::enable_cap`]); moving it out of `Scheduled` takes it off the count.
+    pub fn over_cap(&self, cap: usize) -> Option<Uid> {
+        let by_age = self.by_age.as_ref()?;
+        if by_age.len() <= cap {
+            return None;
+        }
+        let (_, slot) = by_age.first()?;
+        self.records.get(*slot as usize).map(|r| r.uid.clone())
+    }
+
+    /// Notes that the cap made a record due.
+    pub fn mark_capped(&mut self, uid: &Uid) {
+        if let Some(slot) = self.slot(uid) {
+            self.records[slot as usize].capped = true;
+        }
+    }
+
+    /// Sets what a record's annotations ask for; true when it changed.
+    pub fn set_policy(&mut self, uid: &Uid, policy: super::Policy) -> bool {
+        let Some(slot) = self.slot(uid) else {
+            return false;
+        };
+        let rec = &mut self.records[slot as usize];
+        let word = policy.word();
+        if rec.policy == word {
+            return false;
+        }
+        rec.policy = word;
         true
     }
 
@@ -56,8 +125,11 @@ impl Tracker {
     fn timer_ms(&self, at: Instant) -> u64 {
         let d = at.saturating_duration_since(self.base);
         let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-        // 0 means "no timer": the earliest timer is at 1 ms.
-        u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+        // 0 means "no timer": the earliest timer is at 1 ms; the latest fits a packed entry
+        // (34 years of the timer clock: a later one fires then, never earlier).
+        u64::try_from(ms)
+            .unwrap_or(u64::MAX)
+            .clamp(1, (1 << 40) - 1)
     }
 
     /// Arms (or re-arms) the record's timer for `at` (rounded up to the millisecond); false if
@@ -75,7 +147,7 @@ impl Tracker {
             self.armed += 1;
         }
         rec.timer_at = ms;
-        self.timers.push(Reverse((ms, slot)));
+        self.timers.push(Reverse(pack(ms, slot)));
         self.compact_timers();
         true
     }
@@ -114,7 +186,8 @@ impl Tracker {
 
     /// When the earliest armed timer fires, if one is armed.
     pub fn next_timer(&mut self) -> Option<Instant> {
-        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+        while let Some(Reverse(key)) = self.timers.peek().copied() {
+            let (ms, slot) = unpack(key);
             if self.is_live(ms, slot) {
                 return Some(self.base + Duration::from_millis(ms));
             }
@@ -127,7 +200,8 @@ impl Tracker {
     pub fn take_expired(&mut self, now: Instant) -> Option<Uid> {
         let now_ms =
             u64::try_from(now.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX);
-        while let Some(Reverse((ms, slot))) = self.timers.peek().copied() {
+        while let Some(Reverse(key)) = self.timers.peek().copied() {
+            let (ms, slot) = unpack(key);
             if !self.is_live(ms, slot) {
                 self.timers.pop();
                 continue;
@@ -148,10 +222,9 @@ impl Tracker {
     pub(super) fn compact_timers(&mut self) {
         if self.timers.len() > 2 * self.armed + 64 {
             let records = &self.records;
-            self.timers.retain(|Reverse((ms, slot))| {
-                records
-                    .get(*slot as usize)
-                    .is_some_and(|r| r.timer_at == *ms)
+            self.timers.retain(|Reverse(key)| {
+                let (ms, slot) = unpack(*key);
+                records.get(slot as usize).is_some_and(|r| r.timer_at == ms)
             });
         }
     }

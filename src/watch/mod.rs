@@ -183,6 +183,11 @@ pub struct WatchTask {
     /// `healthy_after`, makes it unhealthy.
     pub health: Arc<ScopeMetrics>,
     pub healthy_after: Duration,
+    /// Beside the JVM's informers (whose events reach the same task in another order): the
+    /// watch only adds observations. It sends neither `Listed` (a pod an informer reported after
+    /// the list was taken would be taken for gone) nor `Unwatched` (the informers' records stay);
+    /// a pod tracked but gone meanwhile costs one DELETE answered 404.
+    pub additive: bool,
 }
 
 /// Starts the watch task of a scope on the current runtime.
@@ -311,7 +316,7 @@ async fn supervise(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: Cancell
         metrics.failed(format!("the watch task failed: {what}"));
         pace.ended(true, false);
         let delay = restarts.failed(&what);
-        if t.tx.send(Command::Unwatched).is_err() {
+        if !t.additive && t.tx.send(Command::Unwatched).is_err() {
             return;
         }
         tokio::select! {
@@ -352,7 +357,11 @@ async fn run(
         t.health
             .clear_unhealthy(UNHEALTHY_WATCH_FAILING | UNHEALTHY_WATCH_CANNOT_LIST);
         t.health.pauses.close(PauseKind::WatchFailing);
-        let sent = t.tx.send(Command::Unwatched);
+        let sent = if t.additive {
+            Ok(())
+        } else {
+            t.tx.send(Command::Unwatched).map_err(|_| ())
+        };
         match why {
             Ok(reason) if sent.is_ok() => {
                 info!(scope = %t.scope, "Stopped watching the driver pods of scope {} ({reason})", t.scope);
@@ -400,7 +409,10 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
         let expired = note_error(t, &error, &mut last_error);
         // Events may have been missed: what the watch told is dropped, and the next list arms
         // it again from the pods themselves.
-        if t.tx.send(Command::Unwatched).is_err() {
+        if !t.additive && t.tx.send(Command::Unwatched).is_err() {
+            return Gone;
+        }
+        if t.tx.is_closed() {
             return Gone;
         }
         pace.ended(true, expired);
@@ -544,8 +556,10 @@ async fn stream_once(
                     info!(scope = %t.scope, "Watching the driver pods of scope {} again", t.scope);
                 }
                 let uids = listed.take().unwrap_or_default();
-                t.tx.send(Command::Listed(Box::new(uids)))
-                    .map_err(|_| Gone)?;
+                if !t.additive {
+                    t.tx.send(Command::Listed(Box::new(uids)))
+                        .map_err(|_| Gone)?;
+                }
             }
             Ok(Event::Apply(pod)) => {
                 watch_works(t, metrics);

@@ -18,6 +18,8 @@ pub struct Watches {
     /// How long a watch may keep failing (and a restarted watch task must run) before the
     /// scope is healthy again: `ha.leaderlessAlertAfter`.
     healthy_after: Duration,
+    /// Beside the JVM's informers: events are added, nothing is dropped (see `WatchTask`).
+    additive: bool,
     handles: Mutex<HashMap<Scope, WatchHandle>>,
 }
 
@@ -27,7 +29,16 @@ impl Watches {
             source,
             state,
             healthy_after,
+            additive: false,
             handles: Mutex::default(),
+        }
+    }
+
+    /// The leaders' watches beside the JVM's informers ([`WatchTask::additive`]).
+    pub fn additive(source: ClientSource, state: StateConfig, healthy_after: Duration) -> Self {
+        Watches {
+            additive: true,
+            ..Self::new(source, state, healthy_after)
         }
     }
 
@@ -43,6 +54,7 @@ impl Watches {
             state: self.state.clone(),
             health: h.metrics.clone(),
             healthy_after: self.healthy_after,
+            additive: self.additive,
         });
         let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = handles.insert(scope.clone(), handle) {

@@ -237,6 +237,7 @@ pub fn observation(uid: &str, kind: EventKind, state: AppState) -> Observation {
         has_app_selector: true,
         terminated_at: None,
         deletion_requested: false,
+        annotations: None,
     }
 }
 

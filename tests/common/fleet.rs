@@ -951,6 +951,7 @@ fn child(spec: &str) {
                     has_app_selector: true,
                     terminated_at: ended,
                     deletion_requested: false,
+                    annotations: None,
                 },
             );
         }

@@ -7,5 +7,6 @@ pub mod manual;
 pub mod pods_api;
 pub mod process;
 pub mod proxy;
+pub mod real_kube;
 pub mod recorder;
 pub mod zk;

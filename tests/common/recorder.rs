@@ -15,6 +15,8 @@ pub struct Recorder {
     pub uids: Mutex<Vec<String>>,
     /// Also print `DELETE <uid>` on stdout (for child processes).
     pub echo: bool,
+    /// Events recorded: (pod, reason).
+    pub events: Mutex<Vec<(String, String)>>,
 }
 
 impl Recorder {
@@ -31,6 +33,14 @@ impl Recorder {
 }
 
 impl PodDeleter for Recorder {
+    fn record(&self, note: podsweep::deleter::EventNote) -> BoxFuture<'static, Result<(), String>> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((note.pod, note.reason.to_owned()));
+        Box::pin(async { Ok(()) })
+    }
+
     fn delete(&self, _name: &str, uid: &str, _dry_run: bool) -> BoxFuture<'static, Outcome> {
         self.uids
             .lock()

@@ -41,7 +41,9 @@ final class NativeBridge {
       boolean hasAppSelector,
       long terminatedAtMillis,
       boolean deletionTimestampSet,
-      String why);
+      String why,
+      String retainAnnotation,
+      String keepAnnotation);
 
   /** podsweep's own configuration keys as a JSON array (see {@link PodSweeper#configKeys()}). */
   static native String configKeys();
@@ -57,7 +59,9 @@ final class NativeBridge {
       String appState,
       boolean hasAppSelector,
       long terminatedAtMillis,
-      boolean deletionTimestampSet);
+      boolean deletionTimestampSet,
+      String retainAnnotation,
+      String keepAnnotation);
 
   /**
    * The id of a scope for {@link #observeIn}, non-zero and the same for the handle's whole life.
@@ -74,7 +78,10 @@ final class NativeBridge {
    * When {@code uidIsUuid}, {@code podUid} is a canonical UUID whose bits are {@code uidHigh} and
    * {@code uidLow} ({@link java.util.UUID}'s), and the native side reads the string only if it
    * hands the event on. A null or empty {@code uniqueTag} is no tag (the pod is not a Kyuubi
-   * driver pod); the tag too is read only for an event handed on.
+   * driver pod); the tag too is read only for an event handed on. For a terminal state, {@code
+   * annotationHash} is {@code Objects.hash(retainAnnotation, keepAnnotation)} (0 when both are
+   * null) and the two values of podsweep's annotations follow (read only if the event is handed
+   * on); otherwise 0 and nulls.
    */
   static native void observeIn(
       long handle,
@@ -89,7 +96,10 @@ final class NativeBridge {
       long uidLow,
       boolean hasAppSelector,
       long terminatedAtMillis,
-      boolean deletionTimestampSet);
+      boolean deletionTimestampSet,
+      int annotationHash,
+      String retainAnnotation,
+      String keepAnnotation);
 
   static native boolean isLeader(long handle, String context, String namespace);
 

@@ -4,6 +4,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.locks.StampedLock;
@@ -142,6 +143,29 @@ public final class PodSweeper implements AutoCloseable {
       boolean hasAppSelector,
       long terminatedAtMillis,
       boolean deletionTimestampSet) {
+    observe(context, namespace, event, uniqueTag, podName, podUid, appState, hasAppSelector,
+        terminatedAtMillis, deletionTimestampSet, null, null);
+  }
+
+  /**
+   * {@link #observe(String, String, PodEvent, String, String, String, String, boolean, long,
+   * boolean)} with podsweep's annotations of the pod: {@code podsweep.org/retain-period} and
+   * {@code podsweep.org/keep} (null when absent). They are passed on only for a terminal state
+   * (where they can lead to a DELETE), and matter only with {@code annotations.enabled}.
+   */
+  public void observe(
+      String context,
+      String namespace,
+      PodEvent event,
+      String uniqueTag,
+      String podName,
+      String podUid,
+      String appState,
+      boolean hasAppSelector,
+      long terminatedAtMillis,
+      boolean deletionTimestampSet,
+      String retainAnnotation,
+      String keepAnnotation) {
     if (event == null) {
       throw new IllegalArgumentException("event must not be null");
     }
@@ -160,6 +184,7 @@ public final class PodSweeper implements AutoCloseable {
     // running, still failed) from them alone, without reading a string. The tag is passed as it
     // is (the native side reads it only for an event it hands on, and takes an empty one as none).
     byte[] uid = canonicalUuid(podUid);
+    boolean annotated = terminal(state) && (retainAnnotation != null || keepAnnotation != null);
     long stamp = lock.readLock();
     try {
       long h = open();
@@ -176,7 +201,10 @@ public final class PodSweeper implements AutoCloseable {
           uid != null ? uuidLow(uid) : 0L,
           hasAppSelector,
           terminatedAtMillis,
-          deletionTimestampSet);
+          deletionTimestampSet,
+          annotated ? Objects.hash(retainAnnotation, keepAnnotation) : 0,
+          annotated ? retainAnnotation : null,
+          annotated ? keepAnnotation : null);
     } finally {
       lock.unlockRead(stamp);
     }
@@ -233,6 +261,24 @@ public final class PodSweeper implements AutoCloseable {
       long terminatedAtMillis,
       boolean deletionTimestampSet,
       String why) {
+    return dueNow(context, namespace, uniqueTag, podName, podUid, appState, hasAppSelector,
+        terminatedAtMillis, deletionTimestampSet, why, null, null);
+  }
+
+  /** {@link #dueNow} with podsweep's annotations of the pod (null when absent). */
+  public boolean dueNow(
+      String context,
+      String namespace,
+      String uniqueTag,
+      String podName,
+      String podUid,
+      String appState,
+      boolean hasAppSelector,
+      long terminatedAtMillis,
+      boolean deletionTimestampSet,
+      String why,
+      String retainAnnotation,
+      String keepAnnotation) {
     int state = stateCode(appState);
     if (podName == null || podName.isEmpty()) {
       throw new IllegalArgumentException("podName must not be " + (podName == null ? "null" : "empty"));
@@ -243,7 +289,8 @@ public final class PodSweeper implements AutoCloseable {
     long stamp = lock.readLock();
     try {
       return NativeBridge.dueNow(open(), context, namespace, uniqueTag, podName, podUid, state,
-          hasAppSelector, terminatedAtMillis, deletionTimestampSet, why == null ? "" : why);
+          hasAppSelector, terminatedAtMillis, deletionTimestampSet, why == null ? "" : why,
+          retainAnnotation, keepAnnotation);
     } finally {
       lock.unlockRead(stamp);
     }

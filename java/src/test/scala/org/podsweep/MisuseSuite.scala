@@ -87,7 +87,7 @@ class MisuseSuite extends AnyFunSuite with Eventually {
       val handle = { val f = classOf[PodSweeper].getDeclaredField("handle"); f.setAccessible(true); f.getLong(h) }
       Seq(-1, 3, 7).foreach { code =>
         val e = intercept[IllegalArgumentException](
-          NativeBridge.observe(handle, null, "ns", code, "t", "pod", "uid", "RUNNING", true, 0L, false))
+          NativeBridge.observe(handle, null, "ns", code, "t", "pod", "uid", "RUNNING", true, 0L, false, null, null))
         assertNames(e, "event")
       }
     } finally h.close()
@@ -103,29 +103,29 @@ class MisuseSuite extends AnyFunSuite with Eventually {
       assertNames(intercept[IllegalArgumentException](NativeBridge.scopeId(handle, null, "Bad/NS")), "namespace")
       Seq(-1, 3).foreach { code =>
         assertNames(intercept[IllegalArgumentException](
-          NativeBridge.observeIn(handle, scope, code, 1, "t", null, "uid", false, 0L, 0L, true, 0L, false)), "event")
+          NativeBridge.observeIn(handle, scope, code, 1, "t", null, "uid", false, 0L, 0L, true, 0L, false, 0, null, null)), "event")
       }
       Seq(-1, 8).foreach { code =>
         assertNames(intercept[IllegalArgumentException](
-          NativeBridge.observeIn(handle, scope, 1, code, "t", null, "uid", false, 0L, 0L, true, 0L, false)), "appState")
+          NativeBridge.observeIn(handle, scope, 1, code, "t", null, "uid", false, 0L, 0L, true, 0L, false, 0, null, null)), "appState")
       }
       Seq(0L, 999L, -1L).foreach { bad =>
         assertNames(intercept[IllegalArgumentException](
-          NativeBridge.observeIn(handle, bad, 1, 1, "t", null, "uid", false, 0L, 0L, true, 0L, false)), "scope")
+          NativeBridge.observeIn(handle, bad, 1, 1, "t", null, "uid", false, 0L, 0L, true, 0L, false, 0, null, null)), "scope")
       }
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, null, false, 0L, 0L, true, 0L, false)), "podUid")
+        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, null, false, 0L, 0L, true, 0L, false, 0, null, null)), "podUid")
       // A running pod's name is not read; a terminated pod's is required and checked.
-      NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-r", false, 0L, 0L, true, 0L, false)
+      NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-r", false, 0L, 0L, true, 0L, false, 0, null, null)
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 2, "t", null, "uid-f", false, 0L, 0L, true, 0L, false)), "podName")
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", null, "uid-f", false, 0L, 0L, true, 0L, false, 0, null, null)), "podName")
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 2, "t", "../p", "uid-f", false, 0L, 0L, true, 0L, false)), "podName")
+        NativeBridge.observeIn(handle, scope, 1, 2, "t", "../p", "uid-f", false, 0L, 0L, true, 0L, false, 0, null, null)), "podName")
       // A DELETE event or a deletion timestamp ends a record: the name is required too.
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 2, 1, "t", null, "uid-d", false, 0L, 0L, true, 0L, false)), "podName")
+        NativeBridge.observeIn(handle, scope, 2, 1, "t", null, "uid-d", false, 0L, 0L, true, 0L, false, 0, null, null)), "podName")
       assertNames(intercept[IllegalArgumentException](
-        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-d", false, 0L, 0L, true, 0L, true)), "podName")
+        NativeBridge.observeIn(handle, scope, 1, 1, "t", null, "uid-d", false, 0L, 0L, true, 0L, true, 0, null, null)), "podName")
       // A UID given with its bits: the bits must be the string's (checked when the event is read).
       val uid = java.util.UUID.fromString("0f8fad5b-d9cb-469f-a165-70867728950e")
       assert(PodSweeper.isCanonicalUuid(uid.toString) && !PodSweeper.isCanonicalUuid(uid.toString.toUpperCase))
@@ -140,12 +140,12 @@ class MisuseSuite extends AnyFunSuite with Eventually {
         assert(PodSweeper.uuidHigh(b) == u.getMostSignificantBits && PodSweeper.uuidLow(b) == u.getLeastSignificantBits, s)
       }
       NativeBridge.observeIn(handle, scope, 1, 2, "t", "p", uid.toString, true,
-        uid.getMostSignificantBits, uid.getLeastSignificantBits, true, 0L, false)
+        uid.getMostSignificantBits, uid.getLeastSignificantBits, true, 0L, false, 0, null, null)
       // (Bits of a pod the table does not know: the event is handed on, so its strings are read.)
       val other = java.util.UUID.fromString("7c9e6679-7425-40de-944b-e07fc1f90ae7")
       assertNames(intercept[IllegalArgumentException](
         NativeBridge.observeIn(handle, scope, 1, 2, "t", "q", uid.toString, true,
-          other.getMostSignificantBits, other.getLeastSignificantBits, true, 0L, false)), "podUid")
+          other.getMostSignificantBits, other.getLeastSignificantBits, true, 0L, false, 0, null, null)), "podUid")
     } finally h.close()
   }
 

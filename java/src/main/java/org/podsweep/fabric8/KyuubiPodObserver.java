@@ -64,6 +64,10 @@ public final class KyuubiPodObserver {
   public static final String STATE_SOURCE_KEY = "kyuubi.kubernetes.application.state.source";
   public static final String STATE_CONTAINER_KEY = "kyuubi.kubernetes.application.state.container";
   public static final String DEFAULT_STATE_CONTAINER = "spark-kubernetes-driver";
+  /** podsweep's annotation with a pod's own retain period (a Kyuubi time value). */
+  public static final String RETAIN_ANNOTATION = "podsweep.org/retain-period";
+  /** podsweep's annotation that keeps a pod from deletion by retain period ({@code true}). */
+  public static final String KEEP_ANNOTATION = "podsweep.org/keep";
 
   /** Kyuubi's {@code kyuubi.kubernetes.application.state.source} (default {@code POD}). */
   public enum StateSource {
@@ -134,7 +138,9 @@ public final class KyuubiPodObserver {
           o.appState,
           o.hasAppSelector,
           o.terminatedAtMillis,
-          o.deletionTimestampSet);
+          o.deletionTimestampSet,
+          o.retainAnnotation,
+          o.keepAnnotation);
     }
     return o;
   }
@@ -155,7 +161,8 @@ public final class KyuubiPodObserver {
     Observation o = observation(pod, context, namespace, PodEvent.UPDATE, state, source, stateContainer);
     return o.complete()
         && sweeper.dueNow(o.context, o.namespace, o.uniqueTag, o.podName, o.podUid, o.appState,
-            o.hasAppSelector, o.terminatedAtMillis, o.deletionTimestampSet, why);
+            o.hasAppSelector, o.terminatedAtMillis, o.deletionTimestampSet, why,
+            o.retainAnnotation, o.keepAnnotation);
   }
 
   /**
@@ -192,6 +199,10 @@ public final class KyuubiPodObserver {
       String stateContainer) {
     ObjectMeta meta = pod == null ? null : pod.getMetadata();
     Map<String, String> labels = meta == null ? null : meta.getLabels();
+    // Annotations matter only for an event that can lead to a DELETE: read them for a terminal
+    // state only, so a running pod's events cost nothing more.
+    Map<String, String> annotations =
+        meta != null && isTerminal(appState) ? meta.getAnnotations() : null;
     return new Observation(
         context,
         namespace,
@@ -202,7 +213,9 @@ public final class KyuubiPodObserver {
         appState,
         labels != null && labels.containsKey(APP_SELECTOR_LABEL),
         terminatedAtMillis(pod, source, stateContainer),
-        meta != null && meta.getDeletionTimestamp() != null);
+        meta != null && meta.getDeletionTimestamp() != null,
+        annotations == null ? null : annotations.get(RETAIN_ANNOTATION),
+        annotations == null ? null : annotations.get(KEEP_ANNOTATION));
   }
 
   /** The termination time in epoch milliseconds, or 0 if unknown (see the class comment). */
@@ -382,6 +395,10 @@ public final class KyuubiPodObserver {
     public final boolean hasAppSelector;
     public final long terminatedAtMillis;
     public final boolean deletionTimestampSet;
+    /** {@link #RETAIN_ANNOTATION}'s value, read for a terminal state only (else null). */
+    public final String retainAnnotation;
+    /** {@link #KEEP_ANNOTATION}'s value, read for a terminal state only (else null). */
+    public final String keepAnnotation;
 
     public Observation(
         String context,
@@ -394,6 +411,23 @@ public final class KyuubiPodObserver {
         boolean hasAppSelector,
         long terminatedAtMillis,
         boolean deletionTimestampSet) {
+      this(context, namespace, event, uniqueTag, podName, podUid, appState, hasAppSelector,
+          terminatedAtMillis, deletionTimestampSet, null, null);
+    }
+
+    public Observation(
+        String context,
+        String namespace,
+        PodEvent event,
+        String uniqueTag,
+        String podName,
+        String podUid,
+        String appState,
+        boolean hasAppSelector,
+        long terminatedAtMillis,
+        boolean deletionTimestampSet,
+        String retainAnnotation,
+        String keepAnnotation) {
       this.context = context;
       this.namespace = namespace;
       this.event = event;
@@ -404,6 +438,8 @@ public final class KyuubiPodObserver {
       this.hasAppSelector = hasAppSelector;
       this.terminatedAtMillis = terminatedAtMillis;
       this.deletionTimestampSet = deletionTimestampSet;
+      this.retainAnnotation = retainAnnotation;
+      this.keepAnnotation = keepAnnotation;
     }
 
     /** Whether the pod had a name and a UID, i.e. whether {@link #observe} passes it on. */
@@ -429,13 +465,15 @@ public final class KyuubiPodObserver {
           && Objects.equals(uniqueTag, x.uniqueTag)
           && Objects.equals(podName, x.podName)
           && Objects.equals(podUid, x.podUid)
-          && Objects.equals(appState, x.appState);
+          && Objects.equals(appState, x.appState)
+          && Objects.equals(retainAnnotation, x.retainAnnotation)
+          && Objects.equals(keepAnnotation, x.keepAnnotation);
     }
 
     @Override
     public int hashCode() {
       return Objects.hash(context, namespace, event, uniqueTag, podName, podUid, appState,
-          hasAppSelector, terminatedAtMillis, deletionTimestampSet);
+          hasAppSelector, terminatedAtMillis, deletionTimestampSet, retainAnnotation, keepAnnotation);
     }
 
     @Override
@@ -444,7 +482,9 @@ public final class KyuubiPodObserver {
           + ", uniqueTag=" + uniqueTag + ", podName=" + podName + ", podUid=" + podUid
           + ", appState=" + appState + ", hasAppSelector=" + hasAppSelector
           + ", terminatedAtMillis=" + terminatedAtMillis
-          + ", deletionTimestampSet=" + deletionTimestampSet + "]";
+          + ", deletionTimestampSet=" + deletionTimestampSet
+          + (retainAnnotation != null ? ", retainAnnotation=" + retainAnnotation : "")
+          + (keepAnnotation != null ? ", keepAnnotation=" + keepAnnotation : "") + "]";
     }
   }
 }

@@ -48,6 +48,17 @@ class KyuubiPodObserverSuite extends AnyFunSuite {
     assert(!obs(noSelector).hasAppSelector && obs(noSelector).uniqueTag == "tag-1")
   }
 
+  test("podsweep's annotations are read for a terminal state only") {
+    val pod = new PodBuilder(driver("Succeeded", terminated("spark-kubernetes-driver", T1)).build())
+      .editMetadata().addToAnnotations(KyuubiPodObserver.RETAIN_ANNOTATION, "PT6H")
+      .addToAnnotations(KyuubiPodObserver.KEEP_ANNOTATION, "true").endMetadata().build()
+    val done = obs(pod)
+    assert(done.retainAnnotation == "PT6H" && done.keepAnnotation == "true", done)
+    val running = KyuubiPodObserver.observation(pod, "ctx", "spark", PodEvent.UPDATE, "RUNNING", StateSource.POD, null)
+    assert(running.retainAnnotation == null && running.keepAnnotation == null, running)
+    assert(obs(driver("Succeeded").build()).retainAnnotation == null)
+  }
+
   test("CONTAINER source takes the configured container; POD source the latest finishedAt of all") {
     // A sidecar finished later than the driver.
     val pod = driver("Running", terminated("spark-kubernetes-driver", T1), terminated("sidecar", T2)).build()

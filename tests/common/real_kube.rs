@@ -1,0 +1,324 @@
+//! A real kube-apiserver for the Rust suites: `scripts/kube up` on loopback (etcd + kube-apiserver,
+//! TLS, RBAC, an audit log of every pod request), one per test process, stopped when the process
+//! ends (`--owner-pid`). Servers act under ServiceAccounts of their own (a token each, from the
+//! TokenRequest API), so the audit log tells which server sent each request.
+//!
+//! A suite that needs it and cannot start it fails (the message says why): it never passes
+//! without having run.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+/// The namespace of the servers' ServiceAccounts.
+pub const SERVERS_NS: &str = "podsweep-servers";
+
+pub struct RealKube {
+    pub dir: PathBuf,
+    pub server: String,
+    pub admin_token: String,
+    pub ca: PathBuf,
+    pub audit: PathBuf,
+    pub version: String,
+}
+
+/// One DELETE of a pod, from the audit log.
+#[derive(Clone, Debug)]
+pub struct AuditDelete {
+    pub user: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: u16,
+    pub dry_run: bool,
+    /// `requestReceivedTimestamp`, as the API server saw it.
+    pub at: SystemTime,
+}
+
+impl RealKube {
+    /// The process's API server, started on first use.
+    pub fn shared() -> &'static RealKube {
+        static ONE: OnceLock<RealKube> = OnceLock::new();
+        ONE.get_or_init(Self::up)
+    }
+
+    fn up() -> RealKube {
+        // The directories of earlier test processes that have ended (their servers stopped with
+        // them): each holds an etcd data directory and an audit log.
+        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let Some(pid) = name.strip_prefix("podsweep-real-kube-") else {
+                    continue;
+                };
+                if pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let dir = std::env::temp_dir().join(format!("podsweep-real-kube-{}", std::process::id()));
+        let out = Command::new(repo.join("scripts/kube"))
+            .arg("up")
+            .arg(&dir)
+            .arg("--owner-pid")
+            .arg(std::process::id().to_string())
+            .output()
+            .expect("run scripts/kube up");
+        assert!(
+            out.status.success(),
+            "scripts/kube up failed (a real kube-apiserver is needed: scripts/setup kube builds \
+             it): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env: HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let get = |k: &str| {
+            env.get(k)
+                .cloned()
+                .unwrap_or_else(|| panic!("{k} not in env"))
+        };
+        RealKube {
+            dir,
+            server: get("PODSWEEP_KUBE_SERVER"),
+            admin_token: get("PODSWEEP_KUBE_TOKEN"),
+            ca: PathBuf::from(get("PODSWEEP_KUBE_CA")),
+            audit: PathBuf::from(get("PODSWEEP_KUBE_AUDIT")),
+            version: get("PODSWEEP_KUBE_VERSION"),
+        }
+    }
+
+    /// Kyuubi's client keys for `token`.
+    pub fn client_conf(&self, token: &str) -> Vec<(String, String)> {
+        vec![
+            (
+                "kyuubi.kubernetes.master.address".into(),
+                self.server.clone(),
+            ),
+            (
+                "kyuubi.kubernetes.authenticate.oauthToken".into(),
+                token.to_owned(),
+            ),
+            (
+                "kyuubi.kubernetes.authenticate.caCertFile".into(),
+                self.ca.display().to_string(),
+            ),
+        ]
+    }
+
+    pub async fn client(&self, token: &str) -> kube::Client {
+        let conf: HashMap<String, String> = self.client_conf(token).into_iter().collect();
+        let cfg = podsweep::kube_client::build_config(&conf)
+            .await
+            .expect("client config");
+        kube::Client::try_from(cfg).expect("client")
+    }
+
+    pub async fn admin(&self) -> kube::Client {
+        self.client(&self.admin_token).await
+    }
+
+    pub async fn namespace(&self, ns: &str) {
+        let c = self.admin().await;
+        let api: Api<Namespace> = Api::all(c);
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        let _ = api.create(&PostParams::default(), &n).await;
+        // No controller-manager: every namespace needs its default ServiceAccount for pods.
+        let sas: Api<ServiceAccount> = Api::namespaced(self.admin().await, ns);
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
+        let _ = sas.create(&PostParams::default(), &sa).await;
+    }
+
+    /// A ServiceAccount for a server (pods: get, list, watch, delete; events: create, patch),
+    /// and a token for it.
+    pub async fn server_token(&self, name: &str) -> String {
+        self.namespace(SERVERS_NS).await;
+        let admin = self.admin().await;
+        let roles: Api<ClusterRole> = Api::all(admin.clone());
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": "podsweep-server"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+            ]
+        }))
+        .unwrap();
+        let _ = roles.create(&PostParams::default(), &role).await;
+        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SERVERS_NS);
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+        let _ = sas.create(&PostParams::default(), &sa).await;
+        let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
+        let b: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": format!("podsweep-server-{name}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podsweep-server"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": SERVERS_NS}]
+        }))
+        .unwrap();
+        let _ = bindings.create(&PostParams::default(), &b).await;
+        let req = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec![]),
+                expiration_seconds: Some(24 * 3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let tr = sas
+            .create_token_request(name, &PostParams::default(), &req)
+            .await
+            .expect("token request");
+        tr.status.and_then(|s| s.token).expect("token")
+    }
+
+    /// The audit log's username of a server's ServiceAccount.
+    pub fn user_of(name: &str) -> String {
+        format!("system:serviceaccount:{SERVERS_NS}:{name}")
+    }
+
+    /// Creates an unscheduled Kyuubi Spark driver pod and sets its status to `phase` with the
+    /// driver container terminated at `finished` (exit code 0 for Succeeded, 1 otherwise), as a
+    /// kubelet would; returns its UID. `labels` and `annotations` are added.
+    pub async fn terminated_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        phase: &str,
+        finished: SystemTime,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> String {
+        let api: Api<Pod> = Api::namespaced(self.admin().await, ns);
+        let uid = self.running_pod(ns, name, labels, annotations).await;
+        let secs = finished
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let at = jiff::Timestamp::from_second(secs as i64)
+            .unwrap()
+            .to_string();
+        let status = json!({"status": {
+            "phase": phase,
+            "containerStatuses": [{
+                "name": "spark-kubernetes-driver", "image": "spark", "imageID": "", "ready": false,
+                "restartCount": 0,
+                "state": {"terminated": {"exitCode": if phase == "Succeeded" {0} else {1},
+                    "startedAt": at, "finishedAt": at, "reason": "Completed"}}
+            }]
+        }});
+        api.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .expect("pod status");
+        uid
+    }
+
+    /// Creates an unscheduled Kyuubi Spark driver pod (Pending); returns its UID.
+    pub async fn running_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> String {
+        let api: Api<Pod> = Api::namespaced(self.admin().await, ns);
+        let mut l: BTreeMap<String, String> = BTreeMap::new();
+        l.insert("kyuubi-unique-tag".into(), format!("tag-{name}"));
+        l.insert("spark-app-selector".into(), format!("spark-{name}"));
+        for (k, v) in labels {
+            l.insert((*k).into(), (*v).into());
+        }
+        let a: BTreeMap<String, String> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": l, "annotations": a},
+            "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark"}]}
+        }))
+        .unwrap();
+        let made = api
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+        made.metadata.uid.expect("uid")
+    }
+
+    /// Names of the pods left in `ns`.
+    pub async fn pods(&self, ns: &str) -> Vec<String> {
+        let api: Api<Pod> = Api::namespaced(self.admin().await, ns);
+        api.list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+
+    /// Every DELETE of a pod in the audit log so far.
+    pub fn deletes(&self) -> Vec<AuditDelete> {
+        let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["verb"] == "delete" && v["objectRef"]["resource"] == "pods")
+            .filter(|v| v["stage"] == "ResponseComplete")
+            .map(|v| AuditDelete {
+                user: v["user"]["username"].as_str().unwrap_or("").to_owned(),
+                namespace: v["objectRef"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+                name: v["objectRef"]["name"].as_str().unwrap_or("").to_owned(),
+                code: v["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+                dry_run: v["requestURI"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("dryRun=All"),
+                at: v["requestReceivedTimestamp"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                    .map_or(SystemTime::UNIX_EPOCH, |t| {
+                        SystemTime::UNIX_EPOCH
+                            + Duration::from_micros(t.as_microsecond().max(0) as u64)
+                    }),
+            })
+            .collect()
+    }
+
+    /// The DELETEs of pods in `ns`.
+    pub fn deletes_in(&self, ns: &str) -> Vec<AuditDelete> {
+        self.deletes()
+            .into_iter()
+            .filter(|d| d.namespace == ns)
+            .collect()
+    }
+}
+
+/// Waits until `f` holds, up to `within`; false if it never did.
+pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    f()
+}

@@ -1,0 +1,277 @@
+//! Retention beyond Kyuubi's one retain period, on paused time with a mocked API server: the
+//! failed drivers' own period, per-pod annotations (an override bounded both ways, an opt-out,
+//! a malformed value) and the per-scope cap (oldest first, whatever the annotations say).
+
+mod common;
+
+use std::time::Duration;
+
+use common::fixture::{capture, start, status_reply, Fixture};
+use podsweep::config::keys;
+use podsweep::model::{AppState, EventKind, PodAnnotations};
+
+/// Answers every DELETE that arrives within `within` with 200; returns the pod names in order.
+async fn deletes(f: &mut Fixture, within: Duration) -> Vec<String> {
+    let mut out = Vec::new();
+    let until = tokio::time::Instant::now() + within;
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let Some((path, body, send)) = f.next_delete(left).await else {
+            return out;
+        };
+        assert!(body["preconditions"]["uid"].is_string(), "{body}");
+        send.send_response(status_reply(200, "", None));
+        out.push(path.rsplit('/').next().unwrap_or_default().to_owned());
+        f.settle().await;
+    }
+}
+
+fn annotated(
+    f: &Fixture,
+    uid: &str,
+    state: AppState,
+    retain: Option<&str>,
+    keep: Option<&str>,
+) -> podsweep::model::Observation {
+    let mut o = f.pod(uid, EventKind::Update, state, Some(0));
+    o.annotations = PodAnnotations::of(retain, keep);
+    o
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_drivers_keep_their_own_retain_period() {
+    start();
+    let mut f = Fixture::with_conf("ALL", &[(keys::FAILED_RETAIN_PERIOD, "PT10M")]).await;
+    f.lead().await;
+    f.observe(f.pod("ok", EventKind::Update, AppState::Finished, Some(0)));
+    f.observe(f.pod("bad", EventKind::Update, AppState::Failed, Some(0)));
+    f.observe(f.pod("oom", EventKind::Update, AppState::Killed, Some(0)));
+    assert!(deletes(&mut f, Duration::from_secs(59)).await.is_empty());
+    assert_eq!(deletes(&mut f, Duration::from_secs(2)).await, ["driver-ok"]);
+    assert!(deletes(&mut f, Duration::from_secs(530)).await.is_empty());
+    let mut late = deletes(&mut f, Duration::from_secs(12)).await;
+    late.sort();
+    assert_eq!(late, ["driver-bad", "driver-oom"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn kyuubis_one_period_when_the_key_is_unset() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    f.observe(f.pod("ok", EventKind::Update, AppState::Finished, Some(0)));
+    f.observe(f.pod("bad", EventKind::Update, AppState::Failed, Some(0)));
+    assert!(deletes(&mut f, Duration::from_secs(59)).await.is_empty());
+    let mut both = deletes(&mut f, Duration::from_secs(2)).await;
+    both.sort();
+    assert_eq!(both, ["driver-bad", "driver-ok"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn annotations_lengthen_within_the_maximum_and_never_shorten() {
+    start();
+    let logs = capture();
+    let mut f = Fixture::with_conf(
+        "ALL",
+        &[
+            (keys::ANNOTATIONS_ENABLED, "true"),
+            (keys::ANNOTATIONS_MAX_RETAIN, "PT30M"),
+        ],
+    )
+    .await;
+    f.lead().await;
+    f.observe(annotated(
+        &f,
+        "five",
+        AppState::Finished,
+        Some("PT5M"),
+        None,
+    ));
+    f.observe(annotated(
+        &f,
+        "long",
+        AppState::Finished,
+        Some("PT2H"),
+        None,
+    ));
+    f.observe(annotated(
+        &f,
+        "short",
+        AppState::Finished,
+        Some("1000"),
+        None,
+    ));
+    f.observe(annotated(&f, "kept", AppState::Failed, None, Some("true")));
+    f.observe(annotated(
+        &f,
+        "garbled",
+        AppState::Finished,
+        Some("soon"),
+        None,
+    ));
+    f.observe(annotated(
+        &f,
+        "garbled",
+        AppState::Finished,
+        Some("soon"),
+        None,
+    ));
+    // The operator's minute, for the short one and the unreadable one.
+    assert!(deletes(&mut f, Duration::from_secs(59)).await.is_empty());
+    let mut first = deletes(&mut f, Duration::from_secs(2)).await;
+    first.sort();
+    assert_eq!(first, ["driver-garbled", "driver-short"]);
+    assert!(deletes(&mut f, Duration::from_secs(238)).await.is_empty());
+    assert_eq!(
+        deletes(&mut f, Duration::from_secs(2)).await,
+        ["driver-five"]
+    );
+    // PT2H counts as the maximum, PT30M.
+    assert!(deletes(&mut f, Duration::from_secs(1496)).await.is_empty());
+    assert_eq!(
+        deletes(&mut f, Duration::from_secs(4)).await,
+        ["driver-long"]
+    );
+    // keep: not in hours (the test's lease lasts a day).
+    assert!(deletes(&mut f, Duration::from_secs(6 * 3600))
+        .await
+        .is_empty());
+    let st = f.status();
+    assert_eq!(st["kept"], 1, "{st}");
+    assert_eq!(st["annotations_malformed"], 2, "{st}");
+    let warns = logs.messages(2, "podsweep.org/retain-period=\"soon\"");
+    assert_eq!(warns.len(), 1, "one WARN per pod: {warns:?}");
+    // Turned off, the annotation is lifted: the kept pod is long overdue.
+    f.observe(annotated(&f, "kept", AppState::Failed, None, Some("false")));
+    assert_eq!(
+        deletes(&mut f, Duration::from_secs(1)).await,
+        ["driver-kept"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn annotations_are_ignored_unless_enabled() {
+    start();
+    let mut f = Fixture::new("ALL").await;
+    f.lead().await;
+    f.observe(annotated(
+        &f,
+        "kept",
+        AppState::Finished,
+        Some("PT1H"),
+        Some("true"),
+    ));
+    assert!(deletes(&mut f, Duration::from_secs(59)).await.is_empty());
+    assert_eq!(
+        deletes(&mut f, Duration::from_secs(2)).await,
+        ["driver-kept"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_cap_deletes_the_oldest_first_whatever_the_annotations_say() {
+    start();
+    let mut f = Fixture::with_conf(
+        "ALL",
+        &[
+            (keys::RETAIN_PERIOD, "PT1H"),
+            (keys::MAX_TERMINATED_PODS, "3"),
+            (keys::ANNOTATIONS_ENABLED, "true"),
+        ],
+    )
+    .await;
+    f.lead().await;
+    // Five pods that ended 50, 40, 30, 20 and 10 s ago; the oldest is kept by its annotation.
+    for (i, ago) in [50u64, 40, 30, 20, 10].iter().enumerate() {
+        let mut o = f.pod(
+            &format!("p{i}"),
+            EventKind::Update,
+            AppState::Finished,
+            Some(*ago),
+        );
+        if i == 0 {
+            o.annotations = PodAnnotations::of(None, Some("true"));
+        }
+        f.observe(o);
+    }
+    let gone = deletes(&mut f, Duration::from_secs(1)).await;
+    assert_eq!(gone, ["driver-p0", "driver-p1"], "the two oldest, at once");
+    let st = f.status();
+    assert_eq!(st["capped"], 2, "{st}");
+    assert_eq!(st["tracked"], 3, "{st}");
+    // A sixth pod: the oldest of those left goes.
+    f.observe(f.pod("p5", EventKind::Update, AppState::Finished, Some(0)));
+    assert_eq!(deletes(&mut f, Duration::from_secs(1)).await, ["driver-p2"]);
+    // The rest wait for their hour.
+    assert!(deletes(&mut f, Duration::from_secs(3000)).await.is_empty());
+}
+
+/// A drain of 10,000 overdue pods with Events on: every pod is deleted, and the Events stay
+/// within `events.qps` (a burst of 10, then 5 a second), the rest counted as dropped.
+#[tokio::test(start_paused = true)]
+async fn events_are_bounded_during_a_drain() {
+    use common::manual::ManualBackend;
+    use common::recorder::{self, Recorder};
+    use podsweep::clock::Clock;
+    use podsweep::scope::Scope;
+    use std::sync::Arc;
+
+    start();
+    let rec = Arc::new(Recorder::default());
+    let backend = ManualBackend::default();
+    let signals = backend.signals.clone();
+    let wall0 = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let engine = common::fixture::engine(
+        &[
+            (keys::CLEANUP_KIND, "ALL"),
+            (keys::RETAIN_PERIOD, "PT1M"),
+            (keys::EVENTS_ENABLED, "true"),
+            (keys::RATE_QPS, "1000"),
+        ],
+        backend,
+        recorder::source(rec.clone()),
+        Clock::derived(wall0),
+    );
+    let scope = Scope::new(None, Some("spark"));
+    let n = 10_000;
+    for i in 0..n {
+        let mut o =
+            common::fixture::observation(&format!("p{i}"), EventKind::Update, AppState::Finished);
+        o.terminated_at = Some(wall0 - Duration::from_secs(3600));
+        engine.observe(scope.clone(), o).unwrap();
+    }
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let signal = signals.lock().unwrap().last().cloned().expect("a campaign");
+    signal.lead_until(
+        tokio::time::Instant::now() + Duration::from_secs(3600),
+        "test",
+    );
+    let t0 = tokio::time::Instant::now();
+    while rec.count() < n {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            t0.elapsed() < Duration::from_secs(600),
+            "{} deleted",
+            rec.count()
+        );
+    }
+    let took = t0.elapsed();
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    let st: serde_json::Value = serde_json::from_str(&engine.status_json(&scope)).unwrap();
+    let sent = rec.events.lock().unwrap().len() as u64;
+    let bound = 10 + (5.0 * took.as_secs_f64()).ceil() as u64;
+    println!(
+        "{n} deleted in {took:?} (paused time); {sent} Events, bound {bound}; status {}",
+        st["events_dropped"]
+    );
+    assert!(sent <= bound, "{sent} Events > {bound}");
+    assert!(sent >= 10, "{sent}");
+    assert_eq!(
+        st["events_sent"].as_u64().unwrap() + st["events_dropped"].as_u64().unwrap(),
+        n as u64
+    );
+}
