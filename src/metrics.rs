@@ -79,8 +79,8 @@ pub const UNHEALTHY_THROTTLED: u64 = 64;
 pub const UNHEALTHY_WATCH_CANNOT_LIST: u64 = 128;
 /// The scope's Kubernetes client cannot be built: nothing can be deleted.
 pub const UNHEALTHY_NO_CLIENT: u64 = 256;
-/// The namespace's identity (the election key) could not be read for `ha.leaderlessAlertAfter`:
-/// the scope does not campaign, as the API server cannot be reached.
+/// The namespace's identity (the election key) cannot be read: the API server cannot be reached,
+/// so the scope does not campaign.
 pub const UNHEALTHY_NO_IDENTITY: u64 = 512;
 /// How many `UNHEALTHY_*` bits there are.
 const UNHEALTHY_BITS: usize = 10;

@@ -109,6 +109,8 @@ async fn annotations_lengthen_within_the_maximum_and_never_shorten() {
         Some("soon"),
         None,
     ));
+    // Taken before the next one (events of a pod waiting together are merged into one).
+    f.settle().await;
     f.observe(annotated(
         &f,
         "garbled",

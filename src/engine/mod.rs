@@ -755,7 +755,6 @@ impl Engine {
                 scope.clone(),
                 key.clone(),
                 metrics.clone(),
-                self.sweeper_cfg.leaderless_alert,
             ),
             self.identity.clone(),
             metrics.clone(),
@@ -912,7 +911,7 @@ fn send(h: &ScopeHandle, seen: &SeenPods, head: &Head, obs: Observation, now: Sy
 /// ([`kube_client::namespace_identity`], the same through every URL of the cluster), so that
 /// servers that reach one cluster by different URLs elect one leader per namespace. Read once,
 /// when the task starts; until it is read the scope does not campaign (its `cluster_identity`
-/// pause, retried with backoff). Where it cannot be read (403: the RBAC rule is missing; 404:
+/// pause, retried with backoff, and unhealthy: this server cannot reach the API server). Where it cannot be read (403: the RBAC rule is missing; 404:
 /// the ConfigMap is not published) the scope is elected under `key`, the URL its client uses,
 /// with one WARN. The local backend elects nothing, so it needs no identity.
 fn election_key(
@@ -921,14 +920,12 @@ fn election_key(
     scope: Scope,
     key: Scope,
     metrics: Arc<ScopeMetrics>,
-    alert_after: Duration,
 ) -> ElectionKey {
     let Some(identities) = identities.filter(|_| backend.name() != "local") else {
         return Box::pin(std::future::ready(key));
     };
     Box::pin(async move {
         let mut backoff = Backoff::exact(Duration::from_secs(1), Duration::from_secs(60));
-        let since = tokio::time::Instant::now();
         let settled = |metrics: &ScopeMetrics| {
             metrics.pauses.close(PauseKind::ClusterIdentity);
             metrics.clear_unhealthy(crate::metrics::UNHEALTHY_NO_IDENTITY);
@@ -960,17 +957,16 @@ fn election_key(
                 }
                 Err(kube_client::IdentityError::Transient(why)) => {
                     let wait = backoff.next_delay();
-                    let waited = since.elapsed();
-                    if waited >= alert_after {
-                        metrics.set_unhealthy(
-                            crate::metrics::UNHEALTHY_NO_IDENTITY,
-                            &format!(
-                                "the API server has not told which cluster the scope is in for \
-                                 {}s: {why}; the scope does not campaign until it does",
-                                waited.as_secs()
-                            ),
-                        );
-                    }
+                    // This server cannot reach the API server, so it could not delete either: it
+                    // stays out of the election, and says so at once (as a leader that cannot
+                    // list its pods does).
+                    metrics.set_unhealthy(
+                        crate::metrics::UNHEALTHY_NO_IDENTITY,
+                        &format!(
+                            "the API server has not told which cluster the scope is in: {why}; \
+                             the scope does not campaign until it does"
+                        ),
+                    );
                     metrics.pauses.open(
                         PauseKind::ClusterIdentity,
                         Some(tokio::time::Instant::now() + wait),

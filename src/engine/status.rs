@@ -176,7 +176,22 @@ impl Engine {
     }
 }
 
-/// `v` with every string scrubbed of the configuration's secrets and URL passwords.
+/// Fields that name things (a scope, a server, a state): shown as they are, whatever a secret
+/// value happens to look like them.
+const NAMES: [&str; 9] = [
+    "scope",
+    "context",
+    "namespace",
+    "election_scope",
+    "server_id",
+    "backend",
+    "leadership",
+    "pause_reason",
+    "reason",
+];
+
+/// `v` with every text (reasons, details, errors) scrubbed of the configuration's secrets and
+/// URL passwords; the names ([`NAMES`]) are kept.
 fn scrubbed(v: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match v {
@@ -185,7 +200,18 @@ fn scrubbed(v: serde_json::Value) -> serde_json::Value {
             std::borrow::Cow::Owned(o) => Value::String(o),
         },
         Value::Array(a) => Value::Array(a.into_iter().map(scrubbed).collect()),
-        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, scrubbed(v))).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| {
+                    let v = if NAMES.contains(&k.as_str()) {
+                        v
+                    } else {
+                        scrubbed(v)
+                    };
+                    (k, v)
+                })
+                .collect(),
+        ),
         other => other,
     }
 }

@@ -402,10 +402,6 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
         // Nothing is watched until the next list has worked.
         metrics.watching.store(false, Relaxed);
         metrics.failed(error.to_string());
-        report_failing(t, metrics);
-        if !listed {
-            cannot_list(t, &format!("its list failed: {error}"));
-        }
         let expired = note_error(t, &error, &mut last_error);
         // Events may have been missed: what the watch told is dropped, and the next list arms
         // it again from the pods themselves.
@@ -426,6 +422,11 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
                     if listed { "failed" } else { "cannot list" }
                 ),
             );
+        }
+        // Unhealthy once the pause is there: a reader never sees the reason without its pause.
+        report_failing(t, metrics);
+        if !listed {
+            cannot_list(t, &format!("its list failed: {error}"));
         }
     }
 }
