@@ -8,4 +8,5 @@ pub mod pods_api;
 pub mod process;
 pub mod proxy;
 pub mod recorder;
+pub mod status;
 pub mod zk;
