@@ -301,11 +301,14 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
         .expect("a probe is answered beside 200 slow clients");
     assert_eq!(code, 200);
     let evicted = 200 - podsweep::daemon::http::MAX_CONNECTIONS;
-    let by = podsweep::daemon::http::HEADER_READ_TIMEOUT.saturating_sub(t0.elapsed());
+    // A second short of the header read timeout, counted from before the first connection: a
+    // close by that timeout comes later.
+    let by = tokio::time::Instant::from_std(t0) + podsweep::daemon::http::HEADER_READ_TIMEOUT
+        - Duration::from_secs(1);
     for (i, s) in slow.iter_mut().take(evicted).enumerate() {
         let mut rest = Vec::new();
         // An end or a reset: either way the daemon has closed it.
-        let cut = timeout(by, s.read_to_end(&mut rest)).await;
+        let cut = tokio::time::timeout_at(by, s.read_to_end(&mut rest)).await;
         assert!(
             cut.is_ok(),
             "slow client {i} was not closed to make room within {:?} (header read timeout {:?})",
