@@ -249,9 +249,42 @@ async fn overrides_apply_and_a_bad_configuration_exits_2_naming_the_key() {
     api.create(NS, driver_pod("done", Some(3600)));
     let mut d = start(&conf_file(&api), &["--conf", &format!("{kind}=COMPLETED")]).await;
     wait_for("done deleted", LONG, || !api.exists(NS, "done")).await;
-    sleep(Duration::from_secs(2)).await;
+    // The scope has taken both listed pods and the DELETED event of `done` (3 observations) and
+    // holds nothing: the FAILED pod was judged and not armed, so no DELETE of it can follow.
+    let s = wait_status(&d, "both pods judged, nothing tracked", |s| {
+        s["observed"].as_u64().unwrap_or(0) >= 3
+            && s["tracked"] == 0
+            && s["inflight"] == 0
+            && s["queued"] == 0
+    })
+    .await;
+    println!(
+        "/status: observed {} tracked {} deletes_sent {}",
+        s["observed"], s["tracked"], s["deletes_sent"]
+    );
     assert!(api.exists(NS, "failed"));
+    assert_eq!(api.deletes_of("failed"), 0);
+    assert_eq!(s["deletes_sent"], 1);
     assert_eq!(signal(&mut d, "-TERM").await, 0);
+}
+
+/// Polls the daemon's `/status` (its first scope) every 50 ms until `pred` holds, and returns
+/// it; panics naming `what` after [`LONG`].
+async fn wait_status(
+    d: &Daemon,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let (_, body) = get(&d.url, "/status").await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if pred(&v[0]) {
+            return v[0].clone();
+        }
+        assert!(t0.elapsed() < LONG, "{what}: not within {LONG:?}: {body}");
+        sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Descriptors the process `pid` holds open.
@@ -269,11 +302,14 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
     let api = PodsApi::start().await;
     let mut d = start(&conf_file(&api), &[]).await;
     let pid = d.child.id().unwrap();
+    // The daemon's own connections are open (its pod watch), and the probe's is closed (read
+    // to its end): the baseline.
+    wait_for("the daemon watches", LONG, || api.open_watches() == 1).await;
     let (code, _) = get(&d.url, "/healthz").await;
     assert_eq!(code, 200);
-    sleep(Duration::from_millis(300)).await;
     let before = open_fds(pid);
     let host = d.url.strip_prefix("http://").unwrap().to_owned();
+    let t0 = std::time::Instant::now();
     let mut slow = Vec::new();
     for _ in 0..200 {
         let mut s = tokio::net::TcpStream::connect(&host).await.unwrap();
@@ -282,19 +318,40 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
             .unwrap();
         slow.push(s);
     }
-    sleep(Duration::from_millis(1000)).await;
+    // A probe answered after them: the daemon's one accept loop (a FIFO queue) has taken all
+    // 200. Each one past the cap closed the oldest: those first clients read their end, before
+    // the header read timeout could have closed them.
+    let (code, _) = timeout(Duration::from_secs(10), get(&d.url, "/healthz"))
+        .await
+        .expect("a probe is answered beside 200 slow clients");
+    assert_eq!(code, 200);
+    let evicted = 200 - podsweep::daemon::http::MAX_CONNECTIONS;
+    // A second short of the header read timeout, counted from before the first connection: a
+    // close by that timeout comes later.
+    let by = tokio::time::Instant::from_std(t0) + podsweep::daemon::http::HEADER_READ_TIMEOUT
+        - Duration::from_secs(1);
+    for (i, s) in slow.iter_mut().take(evicted).enumerate() {
+        let mut rest = Vec::new();
+        // An end or a reset: either way the daemon has closed it.
+        let cut = tokio::time::timeout_at(by, s.read_to_end(&mut rest)).await;
+        assert!(
+            cut.is_ok(),
+            "slow client {i} was not closed to make room within {:?} (header read timeout {:?})",
+            t0.elapsed(),
+            podsweep::daemon::http::HEADER_READ_TIMEOUT
+        );
+    }
     let during = open_fds(pid);
-    println!("figure: daemon descriptors {before} before, {during} with 200 slow clients");
+    println!(
+        "figure: daemon descriptors {before} before, {during} with 200 slow clients \
+         ({evicted} closed to make room within {:?})",
+        t0.elapsed()
+    );
     assert!(
         during <= before + 40,
         "200 slow clients took {} descriptors of the daemon",
         during - before
     );
-    // A slow client is cut off: the first ones the daemon took are closed (to make room, else
-    // within the header read timeout).
-    let mut rest = Vec::new();
-    let cut = timeout(Duration::from_secs(10), slow[0].read_to_end(&mut rest)).await;
-    assert!(cut.is_ok(), "a slow client kept its connection for 10 s");
     drop(slow);
     let (code, _) = timeout(Duration::from_secs(10), get(&d.url, "/healthz"))
         .await

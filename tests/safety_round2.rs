@@ -119,6 +119,7 @@ async fn a_panicking_election_task_is_reported_and_restarted() {
     assert_eq!(status(&engine, &scope)["leadership"], "LEADING");
 
     trigger.notify_one();
+    // Paused time: every task runs until idle (the panic, its report) before the clock moves.
     sleep(Duration::from_millis(10)).await;
     let s = status(&engine, &scope);
     assert_ne!(
@@ -132,7 +133,7 @@ async fn a_panicking_election_task_is_reported_and_restarted() {
             .is_some_and(|r| r.contains("election task failed")),
         "{s}"
     );
-    // Campaigning again after the backoff; the new term leads and deletes.
+    // Campaigning again after the backoff (1 s; paused time); the new term leads and deletes.
     sleep(Duration::from_secs(2)).await;
     assert_eq!(campaigns.load(Ordering::SeqCst), 2, "campaigned again");
     let signal = signals.lock().unwrap()[1].clone();
@@ -147,7 +148,8 @@ async fn a_panicking_election_task_is_reported_and_restarted() {
     assert_eq!(req.uri().path(), "/api/v1/namespaces/elect/pods/driver-two");
     send.send_response(status_reply(200, "", None));
     assert_eq!(status(&engine, &scope)["restarts"], 1);
-    // Healthy again once the restarted task has run `ha.leaderlessAlertAfter` without failing.
+    // Healthy again once the restarted task has run `ha.leaderlessAlertAfter` (120 s, paused
+    // time) without failing.
     sleep(Duration::from_secs(125)).await;
     assert_eq!(status(&engine, &scope)["healthy"], true);
 }
@@ -189,6 +191,7 @@ async fn the_queue_of_a_restarting_scope_is_measured() {
             observation("first", EventKind::Add, AppState::Running),
         )
         .unwrap();
+    // Paused time: every task runs until idle (the failed client build) before the clock moves.
     sleep(Duration::from_millis(10)).await;
     assert_eq!(status(&engine, &scope)["restarts"], 1, "the task failed");
     // The task waits 1 s before it runs again: what arrives meanwhile waits in its queue.
@@ -199,6 +202,7 @@ async fn the_queue_of_a_restarting_scope_is_measured() {
     let s = status(&engine, &scope);
     assert_eq!(s["queued"], 50, "{s}");
     assert!(s["queued_max"].as_u64().unwrap_or(0) >= 50, "{s}");
+    // Past the restart backoff (1 s, paused time).
     sleep(Duration::from_secs(2)).await;
     let s = status(&engine, &scope);
     assert_eq!(s["queued"], 0, "the restarted task took its queue: {s}");
@@ -320,8 +324,38 @@ async fn two_scopes_over_one_namespace_elect_one_leader() {
         names.iter().all(|n| !api.exists("spark", n))
     })
     .await;
-    // Time for a second leader's DELETE, if there were one.
-    sleep(Duration::from_secs(3)).await;
+    // Every election of the pods' scopes (one per election key the servers report, whichever
+    // name they were given) has its leader, and each leader has settled every pod it tracked:
+    // a second leader, had there been one, has sent its DELETEs by then. A follower sends none.
+    let named = |e: &Engine, s: &Scope| common::status::of(e, s);
+    let settled = || {
+        let all: Vec<serde_json::Value> = servers
+            .iter()
+            .flat_map(|e| scopes.iter().map(move |s| named(e, s)))
+            .collect();
+        let key = |s: &serde_json::Value| s["election_scope"].as_str().unwrap_or("").to_owned();
+        let keys: std::collections::BTreeSet<String> = all.iter().map(key).collect();
+        keys.iter().all(|k| {
+            let mut leaders = all
+                .iter()
+                .filter(|s| key(s) == *k && s["leadership"] == "LEADING")
+                .peekable();
+            leaders.peek().is_some() && leaders.all(common::status::idle)
+        })
+    };
+    wait_for(
+        "each election's leader has settled its pods",
+        Duration::from_secs(30),
+        settled,
+    )
+    .await;
+    for e in &servers {
+        let s = named(e, &scopes[0]);
+        println!(
+            "{}: {} of {}, deletes_sent {}, tracked {}",
+            s["server_id"], s["leadership"], s["election_scope"], s["deletes_sent"], s["tracked"]
+        );
+    }
     let counts: Vec<(String, usize)> = names
         .iter()
         .map(|n| (n.clone(), api.deletes_of(n)))

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::manual::ManualBackend;
 use common::pods_api::{driver_pod, wait_for, PodsApi};
+use common::status::{idle, n, wait_status};
 use podsweep::clock::Clock;
 use podsweep::config::{keys, Settings};
 use podsweep::election::{Backend, LeaderSignal};
@@ -85,11 +86,11 @@ fn watching(e: &Engine) -> bool {
     status(e)["watching"] == true
 }
 
-/// `watching W streams S deletes D` of a status, for the test's output.
+/// `watching W streams S deletes D observed O` of a status, for the test's output.
 fn summary(s: &serde_json::Value) -> String {
     format!(
-        "watching {} streams {} deletes {}",
-        s["watching"], s["watch_streams"], s["deletes_sent"]
+        "watching {} streams {} deletes {} observed {}",
+        s["watching"], s["watch_streams"], s["deletes_sent"], s["observed"]
     )
 }
 
@@ -147,7 +148,12 @@ async fn the_leader_watches_and_a_follower_does_not() {
         !api.exists(NS, "later")
     })
     .await;
-    sleep(Duration::from_secs(1)).await;
+    // The leader has taken every event the API server sent (6 listed pods, 5 DELETED, `later`
+    // ADDED and DELETED) and holds nothing: no DELETE can follow.
+    wait_status(&a, &scope(), "a took every event", LONG, |s| {
+        n(s, "observed") >= 13 && idle(s)
+    })
+    .await;
     let (sa_, sb_) = (status(&a), status(&b));
     println!(
         "leader: {}; follower: {}; open watches {}, watch requests {}, lists {}",
@@ -223,7 +229,7 @@ async fn an_expiry_and_dropped_streams_relist_without_a_double_delete() {
     // The API server goes away (streams cut, 503s); meanwhile a pod is deleted by someone else,
     // and the history is compacted past what the watch saw.
     api.set_down(true);
-    sleep(Duration::from_millis(300)).await;
+    wait_for("a's watch saw the outage", LONG, || !watching(&a)).await;
     assert!(api.remove(NS, "vanishing"));
     api.create(
         NS,
@@ -254,13 +260,19 @@ async fn an_expiry_and_dropped_streams_relist_without_a_double_delete() {
     api.drop_watches();
     api.create(NS, driver_pod("after-drop", Some(3600)));
     wait_for("after-drop deleted", LONG, || !api.exists(NS, "after-drop")).await;
-    sleep(Duration::from_secs(4)).await;
-    let st = status(&a);
+    // a has taken every event its watch was sent (kept and vanishing ADDED, kept listed after
+    // the outage and DELETED, after-drop ADDED and DELETED; the list after the expiry is
+    // empty) and holds nothing: no DELETE and no relist can follow without a new event.
+    let st = wait_status(&a, &scope(), "a took every event", LONG, |s| {
+        n(s, "observed") >= 6 && idle(s)
+    })
+    .await;
     println!(
         "streams {} (after the outage {before_expiry}, after the expiry {before}), errors {}, \
-         deletes {:?}",
+         observed {}, deletes {:?}",
         st["watch_streams"],
         st["watch_errors"],
+        st["observed"],
         deletes(&api)
     );
     assert_eq!(api.deletes_of("kept"), 1);
@@ -286,7 +298,8 @@ async fn a_pod_deleted_while_nobody_watched_is_not_deleted_again() {
     let (a, sa) = tracking(&api, "PT2S", &["p", "q"]).await;
     signal(&sa).await.follow("lost the latch");
     wait_for("a stops watching", LONG, || !watching(&a)).await;
-    // Another leader deletes p while a does not watch; q stays. Both deadlines pass.
+    // Another leader deletes p while a does not watch; q stays. Both deadlines (PT2S from their
+    // creation) pass meanwhile: a record kept over the gap would be due when a leads again.
     assert!(api.remove(NS, "p"));
     sleep(Duration::from_secs(3)).await;
     signal(&sa)
@@ -296,7 +309,12 @@ async fn a_pod_deleted_while_nobody_watched_is_not_deleted_again() {
         !api.exists(NS, "q")
     })
     .await;
-    sleep(Duration::from_secs(1)).await;
+    // The new term's list is taken and a holds nothing: a record of p, had it outlived the
+    // gap, would be due, in flight or settled (with its DELETE) by now.
+    wait_status(&a, &scope(), "a settled the new term's list", LONG, |s| {
+        s["watching"] == true && idle(s)
+    })
+    .await;
     println!("DELETEs {:?}, streams {}", deletes(&api), streams(&a));
     assert_eq!(api.deletes_of("p"), 0);
     assert_eq!(api.deletes_of("q"), 1);
@@ -321,7 +339,16 @@ async fn scopes_come_from_the_init_list_and_the_allow_lists_and_observe_is_refus
     // `ctx:` has no keys of its own: the same API server, and the default namespace, `spark`. It
     // names the pods `:spark` names, so one election and one watch serve both (issue 22).
     wait_for("two campaigns", LONG, || signals.lock().unwrap().len() == 2).await;
-    sleep(Duration::from_millis(200)).await;
+    // The scopes (and so the elections) of a watch-mode engine are all started when it is
+    // built: the status lists every one (below), so a third campaign would show as a third
+    // scope. `:blocked` was refused then too.
+    assert!(
+        e.refused_configured()
+            .iter()
+            .any(|s| s["scope"] == "<default context>:blocked"),
+        "{:?}",
+        e.refused_configured()
+    );
     assert_eq!(signals.lock().unwrap().len(), 2);
     let all: serde_json::Value = serde_json::from_str(&e.status_all_json()).unwrap();
     let scopes: Vec<String> = all
@@ -365,8 +392,9 @@ async fn a_pod_listed_again_while_its_delete_is_in_flight_is_not_deleted_twice()
     api.drop_watches();
     wait_for("relisted", LONG, || streams(&a) == before + 1).await;
     wait_for("deleted", LONG, || !api.exists(NS, "slow")).await;
-    sleep(Duration::from_secs(3)).await;
-    let st = status(&a);
+    // The record the relist armed again is settled (by the first DELETE's answer, or by a
+    // second DELETE): nothing tracked, nothing in flight.
+    let st = wait_status(&a, &scope(), "the relisted record settled", LONG, idle).await;
     println!(
         "DELETEs {:?}, tracked {}, inflight {}",
         deletes(&api),
@@ -495,6 +523,7 @@ async fn a_flapping_leadership_does_not_relist_at_once_each_time() {
     wait_for("a watches", LONG, || watching(&a) && streams(&a) == 1).await;
     let signal = signal(&sa).await;
     let before = api.list_requests();
+    // The flaps' rhythm (real time): the lists counted are those made while flapping.
     for _ in 0..8 {
         signal.pause("flap");
         sleep(Duration::from_millis(60)).await;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::etcd::EtcdServer;
 use common::pods_api::{driver_pod, wait_for, PodsApi};
+use common::status::{idle, wait_status};
 use common::zk::ZkServer;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -23,7 +24,6 @@ use podsweep::kyuubi_state::{self, StateConfig};
 use podsweep::model::EventKind;
 use podsweep::scope::Scope;
 use tokio::task::JoinHandle;
-use tokio::time::sleep;
 
 const NS: &str = "spark";
 /// The informer's selector, told apart from podsweep's own (`kyuubi-unique-tag`).
@@ -169,8 +169,12 @@ async fn a_mixed_fleet_of_jni_and_watch_servers_deletes_each_pod_once() {
     .await;
     let third = create(&api, "third", 5, 3600);
     all_gone(&api, &third).await;
-    sleep(Duration::from_secs(4)).await;
-    let sc = status(&c);
+    // c, the one server left, leads and holds nothing (every pod it was told of is settled): no
+    // DELETE can follow.
+    let sc = wait_status(&c, &scope(), "c settled its pods", LONG, |s| {
+        s["leadership"] == "LEADING" && idle(s)
+    })
+    .await;
     println!(
         "DELETEs {} (all 200: {}); b: streams {}; c: watching {} streams {} deletes {}",
         api.deletes().len(),
@@ -236,7 +240,22 @@ async fn three_watch_servers_on_etcd_hold_one_watch_and_hand_it_over() {
     all_gone(&api, &pending).await;
     let second = create(&api, "second", 10, 3600);
     all_gone(&api, &second).await;
-    sleep(Duration::from_secs(4)).await;
+    // The successor holds nothing (every pod it listed or was sent is settled) and the other
+    // server left follows without a watch: no DELETE and no list can follow.
+    let j = leader(&rest).expect("a leader");
+    wait_status(
+        &rest[j],
+        &scope(),
+        "the successor settled its pods",
+        LONG,
+        |s| s["leadership"] == "LEADING" && idle(s),
+    )
+    .await;
+    for e in rest.iter().filter(|e| !leads(e)) {
+        let s = status(e);
+        assert_eq!(s["leadership"], "FOLLOWING", "{s}");
+        assert_eq!(s["watching"], false, "{s}");
+    }
     let streams: Vec<u64> = servers
         .iter()
         .enumerate()

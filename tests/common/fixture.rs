@@ -199,19 +199,54 @@ impl podsweep::logging::LogSink for Capture {
     }
 }
 
+/// The text of the marker records [`Capture::flush`] logs.
+const LOG_BARRIER: &str = "podsweep-test log barrier";
+
 impl Capture {
-    /// The messages delivered so far at `level` or more severe (1 ERROR, 2 WARN, ...) that
-    /// contain `needle`, after a moment for the log layer, which hands records over on its own
-    /// thread.
+    /// The messages logged so far at `level` or more severe (1 ERROR, 2 WARN, ...) that contain
+    /// `needle`: every record logged before the call is in ([`Capture::flush`]).
     pub fn messages(&self, level: i32, needle: &str) -> Vec<(i32, String)> {
-        std::thread::sleep(Duration::from_millis(300));
+        self.flush();
         self.0
             .lock()
             .unwrap()
             .iter()
-            .filter(|(l, m)| *l <= level && m.contains(needle))
+            .filter(|(l, m)| *l <= level && m.contains(needle) && !m.contains(LOG_BARRIER))
             .cloned()
             .collect()
+    }
+
+    /// Waits until every record logged before the call has reached the sink. The log layer
+    /// hands records over on its own thread, in the order they were logged: a marker record
+    /// logged here is delivered after them. (A full buffer drops records: the marker is logged
+    /// again each second until one arrives.)
+    pub fn flush(&self) {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let marker = format!(
+            "{LOG_BARRIER} {}.",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let t0 = std::time::Instant::now();
+        loop {
+            tracing::error!(target: "podsweep", "{marker}");
+            let next = std::time::Instant::now() + Duration::from_secs(1);
+            while std::time::Instant::now() < next {
+                if self
+                    .0
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|(_, m)| m.contains(&marker))
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the log layer delivered no marker record in 30 s"
+            );
+        }
     }
 }
 

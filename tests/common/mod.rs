@@ -9,4 +9,5 @@ pub mod process;
 pub mod proxy;
 pub mod real_kube;
 pub mod recorder;
+pub mod status;
 pub mod zk;

@@ -29,7 +29,7 @@ class MockKubeSuite extends AnyFunSuite with BeforeAndAfterAll with Eventually {
     val events = new ConcurrentLinkedQueue[String]()
     val informer = kube.client("informer").pods().inNamespace(ns).withLabel(KyuubiPods.TagLabel)
       .inform(new ResourceEventHandler[Pod] {
-        override def onAdd(p: Pod): Unit = ()
+        override def onAdd(p: Pod): Unit = events.add(s"ADD ${p.getMetadata.getName}")
         override def onUpdate(o: Pod, p: Pod): Unit =
           events.add(s"UPDATE deleting=${KyuubiPods.deletionTimestampSet(p)}")
         override def onDelete(p: Pod, unknown: Boolean): Unit = events.add("DELETE")
@@ -37,13 +37,16 @@ class MockKubeSuite extends AnyFunSuite with BeforeAndAfterAll with Eventually {
     try {
       val at = Instant.parse("2024-05-01T10:00:00Z")
       admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(KyuubiPods.driver("gone"), true, at)).create()
-      Thread.sleep(300)
+      eventually(assert(events.asScala.toSeq.contains("ADD gone")))
       events.clear()
       admin.pods().inNamespace(ns).withName("gone").delete()
       eventually(assert(events.asScala.toSeq.contains("DELETE")))
-      Thread.sleep(300)
+      // A pod created after the DELETE is a barrier: the informer's events come in order from one
+      // watch, so once it has seen the barrier it has seen every event of `gone`.
+      admin.pods().inNamespace(ns).resource(KyuubiPods.driver("barrier")).create()
+      eventually(assert(events.asScala.toSeq.contains("ADD barrier")))
       info(s"events after DELETE: ${events.asScala.mkString(", ")}")
-      assert(events.asScala.toSeq == Seq("DELETE"))
+      assert(events.asScala.toSeq == Seq("DELETE", "ADD barrier"))
     } finally informer.stop()
   }
 

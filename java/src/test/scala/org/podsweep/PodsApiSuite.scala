@@ -75,14 +75,18 @@ class PodsApiSuite extends AnyFunSuite {
         admin.pods().inNamespace("ns").resource(scheduled(KyuubiPods.driver("stuck"))).create()
         api.nodeGone = true
         assert(delete(api, "ns", "stuck")._1 == 200)
-        Thread.sleep(1500)
+        // The kubelet's confirmation came (kubeletConfirmMs after the DELETE) and was put off.
+        eventually(assert(api.kubeletConfirmsPutOff >= 1))
         assert(api.podNames("ns") == Set("stuck"))
         api.nodeGone = false
         eventually(assert(api.podNames("ns").isEmpty))
         val held = admin.pods().inNamespace("ns").resource(KyuubiPods.driver("held", finalizers = Seq("example.com/keep"))).create()
         admin.pods().inNamespace("ns").resource(KyuubiPods.terminated(held, succeeded = true, Instant.now())).updateStatus()
+        // Only a kubelet confirmation could end a Terminating pod: the DELETE of a pod a finalizer
+        // holds schedules none (decided as it is answered), so the pod stays until released.
+        val confirms = api.kubeletConfirmsScheduled
         assert(delete(api, "ns", "held")._1 == 200)
-        Thread.sleep(1000)
+        assert(api.kubeletConfirmsScheduled == confirms, "a kubelet confirmation was scheduled for a held pod")
         assert(api.pod("ns", "held").exists(_.getMetadata.getDeletionTimestamp != null))
         api.removeFinalizers("ns", "held")
         assert(api.podNames("ns").isEmpty)

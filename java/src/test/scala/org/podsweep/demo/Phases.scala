@@ -245,6 +245,45 @@ object Phases {
     }
   }
 
+  /** The barrier pod [[settleFleet]] creates in each namespace (its DELETE is not a driver's). */
+  private[podsweep] def barrierName(prefix: String): String = s"${prefix}barrier"
+
+  /**
+   * [[settle]] for a fleet of podsweep servers, with no quiet period: waits until `done` holds
+   * (the drivers are gone), then in each namespace of `nss` for a barrier, a terminated,
+   * unscheduled driver pod created now ([[barrierName]]). A leader DELETEs it only once it has
+   * taken its events, and so every event the API server wrote in that namespace before them (a
+   * server takes a namespace's events in resourceVersion order); then every server of `fleet`
+   * holds nothing there (nothing tracked, in flight or queued; a follower has taken the barrier's
+   * DELETE event too). No server sends a DELETE before a new event, so what is counted after is
+   * final. The barrier's one DELETE is among the recorded ones; [[judge]] counts it neither
+   * wrongful nor leaked. Fails when the barrier is not deleted, or a server not idle, in time.
+   */
+  private[podsweep] def settleFleet(kube: TestApi, admin: KubernetesClient, fleet: Seq[FleetServer], nss: Seq[String],
+      prefix: String)(done: => Boolean): Unit = {
+    val deadline = System.currentTimeMillis() + DeadlineMs
+    def await(what: => String)(cond: => Boolean): Unit =
+      while (!cond) {
+        if (System.currentTimeMillis() > deadline) throw new AssertionError(s"not within ${DeadlineMs / 1000} s: $what")
+        Thread.sleep(100)
+      }
+    while (!done && System.currentTimeMillis() < deadline) Thread.sleep(100)
+    val name = barrierName(prefix)
+    nss.foreach { ns =>
+      val pod = kube.createPod(admin, ns, KyuubiPods.driver(name))
+      admin.pods().inNamespace(ns).resource(KyuubiPods.terminated(pod, succeeded = true, Instant.now())).updateStatus()
+    }
+    def barrierDeletes(ns: String) = deletesIn(kube, Seq(ns)).filter(_.pod.contains((ns, name)))
+    nss.foreach(ns => await(s"a DELETE of the barrier $ns/$name")(barrierDeletes(ns).exists(_.status == 200)))
+    // A server that does not know the scope reads -1 for each figure: it holds nothing either.
+    def idle(f: FleetServer, ns: String): Boolean = {
+      val st = f.status(ns)
+      st.tracked <= 0 && st.inflight <= 0 && st.number("queued") <= 0
+    }
+    nss.foreach(ns => await(s"every server idle in $ns: ${fleet.map(f => f.name -> f.status(ns))}")(fleet.forall(idle(_, ns))))
+    nss.foreach(ns => assert(barrierDeletes(ns).size == 1, s"the barrier $ns/$name: ${barrierDeletes(ns)}"))
+  }
+
   private[podsweep] def judge(
       label: String,
       kind: String,

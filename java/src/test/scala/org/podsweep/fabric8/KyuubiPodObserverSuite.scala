@@ -147,8 +147,18 @@ class KyuubiPodObserverSuite extends AnyFunSuite {
       val other = new PodBuilder(pod).editMetadata().withUid("uid-2").removeFromLabels("spark-app-selector")
         .endMetadata().build()
       observer.observe(other, null, "observed", PodEvent.UPDATE, "FINISHED")
-      Thread.sleep(300)
-      assert(ScopeStatus.parse(s.scopeStatus(null, "observed")).tracked == 1)
+      // A running driver handed over after it is a barrier: the scope's task takes events in the
+      // order they were handed over, so once it has taken the barrier (observed, nothing queued)
+      // it has taken everything before it. The pod without spark-app-selector never reached it.
+      val barrier = new PodBuilder(driver("Running", running("spark-kubernetes-driver")).build())
+        .editMetadata().withName("spark-driver-3").withUid("uid-3").endMetadata().build()
+      observer.observe(barrier, null, "observed", PodEvent.UPDATE, "RUNNING")
+      eventually {
+        val st = ScopeStatus.parse(s.scopeStatus(null, "observed"))
+        assert(st.number("observed") >= 2 && st.number("queued") == 0, st)
+      }
+      val st = ScopeStatus.parse(s.scopeStatus(null, "observed"))
+      assert(st.tracked == 1 && st.number("observed") == 2, st)
       intercept[IllegalArgumentException](observer.observe(pod, null, "observed", PodEvent.UPDATE, "DONE"))
     } finally s.close()
   }

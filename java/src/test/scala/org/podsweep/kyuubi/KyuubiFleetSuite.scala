@@ -119,6 +119,7 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
       val deadline = at.toEpochMilli + retainMs
       // Every server has seen the terminations before the leader stops.
       eventually(servers.foreach(s => assert(s.status(ns).tracked == pods.size, s.status(ns))))
+      // The leader stops 6 s before the deadline (pacing: the successor must keep the old clock).
       Thread.sleep(math.max(0L, deadline - 6000L - System.currentTimeMillis()))
       val stopAt = System.currentTimeMillis()
       leader.stop()
@@ -127,7 +128,13 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
         case other => fail(s"leaders after stop: $other")
       })
       eventually(timeout(Span(retainMs + 20000, Millis)))(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
-      Thread.sleep(2000)
+      // Every server still running has taken each pod's end (its DELETE event cancels a
+      // follower's record) and holds nothing: no DELETE can follow.
+      val running = servers.filterNot(_ eq leader)
+      eventually(running.foreach { s =>
+        val st = s.status(ns)
+        assert(st.tracked == 0 && st.inflight == 0 && st.number("queued") == 0, s"${s.name}: $st")
+      })
       val deletes = kube.podDeletes(ns)
       assert(!deletes.exists(_.bearer.contains(leader.name)), "the stopped leader sent DELETEs")
       assert(deletes.size == pods.size && deletes.forall(_.status == 200), deletes)
@@ -168,7 +175,12 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
       val names = terminatedDrivers(ns, 5)
       eventually(assert(server.status(ns).backend == "local", server.status(ns)))
       eventually(assert(admin.pods().inNamespace(ns).list().getItems.isEmpty))
-      Thread.sleep(1000)
+      // The server holds nothing (every DELETE answered, nothing tracked or queued): no DELETE
+      // can follow.
+      eventually {
+        val st = server.status(ns)
+        assert(st.tracked == 0 && st.inflight == 0 && st.number("queued") == 0, st)
+      }
       assert(kube.podDeletes(ns).map(_.pod.get._2).sorted == names.sorted, kube.podDeletes(ns))
       assert(server.log.exists(l => l.contains(" WARN ") && l.contains("embedded ZooKeeper")), "no WARN about the embedded ZooKeeper")
     } finally server.close()
@@ -325,7 +337,9 @@ class KyuubiFleetSuite extends AnyFunSuite with BeforeAndAfterAll {
       // The app info of a terminated pod lives until its retain-period entry expires; a DELETE event
       // that finds no entry arms another one. Between the DELETE and that expiry the two servers may
       // differ (podsweep deletes at finishedAt + retain, the stock cache one check interval after
-      // its own entry expired); two retain periods later both have evicted everything.
+      // its own entry expired); two retain periods later both have evicted everything. (A settling
+      // time for a state that can hold for a moment and change again, not a wait for nothing to
+      // happen: no event of Kyuubi's tells that its last entry expired.)
       Thread.sleep(2 * retainMs + 2000)
       same("evicted", Map("running" -> "RUNNING", "finished" -> "NOT_FOUND", "failed" -> "NOT_FOUND", "deleted" -> "NOT_FOUND"))
       assert(kube.podDeletes("answers-patched").forall(_.status == 200))

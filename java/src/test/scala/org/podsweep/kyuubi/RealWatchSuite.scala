@@ -46,13 +46,16 @@ class RealWatchSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private def needKube(): Unit = RealKube.missing.foreach(w => cancel(w))
 
-  /** Terminates `pods` driver pods (and decoys) in `ns` and checks: each deleted once, with 200. */
-  private def wave(ns: String, pods: Int): Unit = {
+  /**
+   * Terminates `pods` driver pods (and decoys) in `ns` and checks, once `fleet` has settled (a
+   * barrier pod, [[Phases.settleFleet]]): each deleted once, with 200.
+   */
+  private def wave(fleet: Seq[FleetServer], ns: String, pods: Int): Unit = {
     val s = Spec(servers = 2, scopes = 1, pods = pods, retainMs = 2000, podPrefix = s"w${waves.incrementAndGet()}-")
     val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), s)
     val startedAt = System.currentTimeMillis()
     val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
-    Phases.settle(kube, Seq(ns), quietMs = 3000)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
+    Phases.settleFleet(kube, admin, fleet, Seq(ns), s.podPrefix)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
     val r = Phases.judge("real-watch", "real-watch", s, kube, admin, Seq(ns), w, 0, startedAt)
     assert(r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0, r)
     val ours = r.deletes.filter(d => w.drivers.exists(ref => d.pod.contains((ref.namespace, ref.name))))
@@ -99,7 +102,7 @@ class RealWatchSuite extends AnyFunSuite with BeforeAndAfterAll {
       case Seq(one) => one
       case other => fail(s"leaders: ${other.map(_.name)}")
     })
-    wave(ns, pods = 12)
+    wave(fleet, ns, pods = 12)
     val compactedAt = compact()
     // Each watch is ended by the API server, resumes, is refused (410 or 429) and lists again.
     if (podsweepAgent) eventually(timeout(Span(60, Seconds))) {
@@ -109,7 +112,7 @@ class RealWatchSuite extends AnyFunSuite with BeforeAndAfterAll {
       fleet.foreach(s => assert(lists(ns, s.name, "fabric8", compactedAt) >= 1, s"${s.name}'s informer did not list again"))
     }
     fleet.foreach(s => assert(s.problems.isEmpty, s"${s.name}: ${s.problems.take(3)}"))
-    wave(ns, pods = 12)
+    wave(fleet, ns, pods = 12)
     // Every DELETE of the run came from the one leader (no second leader, no stale watcher).
     assert(kube.podDeletes(ns).forall(_.bearer.contains(leader.name)), kube.podDeletes(ns).map(_.bearer).distinct)
   }

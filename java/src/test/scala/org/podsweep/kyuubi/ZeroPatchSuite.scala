@@ -46,18 +46,19 @@ class ZeroPatchSuite extends AnyFunSuite {
   }
 
   /**
-   * Terminates `pods` driver pods (plus decoys) in `ns`, waits until they are gone, and checks:
-   * one DELETE per pod, every one answered 200, no decoy touched, none early.
+   * Terminates `pods` driver pods (plus decoys) in `ns`, waits until they are gone and `fleet` has
+   * settled (a barrier pod, [[Phases.settleFleet]]: its one DELETE is not counted here), and
+   * checks: one DELETE per pod, every one answered 200, no decoy touched, none early.
    */
   private val workloads = new java.util.concurrent.atomic.AtomicInteger()
 
-  private def cleanOnce(api: PodsApi, admin: KubernetesClient, ns: String, pods: Int): Unit = {
+  private def cleanOnce(api: PodsApi, admin: KubernetesClient, fleet: Seq[FleetServer], ns: String, pods: Int): Unit = {
     val kube = new PodsApiServer(api)
     val s = Spec(servers = 3, scopes = 1, pods = pods, retainMs = 2000, podPrefix = s"w${workloads.incrementAndGet()}-")
     val (drivers, decoys) = Phases.createPods(kube, admin, Seq(ns), s)
     val startedAt = System.currentTimeMillis()
     val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
-    Phases.settle(kube, Seq(ns), quietMs = 3000)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
+    Phases.settleFleet(kube, admin, fleet, Seq(ns), s.podPrefix)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
     val r = Phases.judge("zero-patch", "self-watch", s, kube, admin, Seq(ns), w, 0, startedAt)
     assert(r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0, r)
     val ours = r.deletes.filter(d => w.drivers.exists(ref => d.pod.contains((ref.namespace, ref.name))))
@@ -105,7 +106,7 @@ class ZeroPatchSuite extends AnyFunSuite {
         }
         try {
           val leader = oneWatcher(api, fleet, ns)
-          cleanOnce(api, admin, ns, pods = 30)
+          cleanOnce(api, admin, fleet, ns, pods = 30)
           assert(api.podDeletes(ns).forall(_.bearer.contains(leader.name)), "DELETEs by a server that does not lead")
           assert(api.podDeletes(ns).forall(_.userAgent.startsWith(PodsweepAgent)), "a DELETE by Kyuubi's own cleaner")
           // Kyuubi's informers still watch on every server (its app info and audit log need them).
@@ -116,7 +117,7 @@ class ZeroPatchSuite extends AnyFunSuite {
           val next = oneWatcher(api, rest, ns)
           assert(api.requests.exists(r => r.bearer.contains(next.name) && r.userAgent.startsWith(PodsweepAgent) && !r.watch &&
             r.method == "GET" && r.pod.isEmpty), "the successor listed the pods itself")
-          cleanOnce(api, admin, ns, pods = 10)
+          cleanOnce(api, admin, rest, ns, pods = 10)
         } finally fleet.foreach(x => scala.util.Try(x.close()))
       }
     }
@@ -166,7 +167,7 @@ class ZeroPatchSuite extends AnyFunSuite {
       try {
         eventually(assert(s.status(ns).backend == "local", s.status(ns)))
         assert(s.log.exists(l => l.contains(" WARN ") && l.contains("embedded ZooKeeper")), "no WARN about the embedded ZooKeeper")
-        cleanOnce(api, admin, ns, pods = 5)
+        cleanOnce(api, admin, Seq(s), ns, pods = 5)
       } finally s.close()
     }
   }
@@ -196,11 +197,12 @@ class ZeroPatchSuite extends AnyFunSuite {
           assert(st.fields().get("server_id_confirmed") == java.lang.Boolean.TRUE, st)
           assert(st.number("leader") == 1, st)
         }
-        cleanOnce(api, admin, ns, pods = 3)
+        cleanOnce(api, admin, Seq(s), ns, pods = 3)
         val base = "kyuubi_kubernetes_cleanup_default_dropin_metrics"
         val scrape = eventually {
           val text = scala.io.Source.fromURL(s"http://127.0.0.1:$prometheus/metrics", "UTF-8").mkString
-          assert(text.contains(base + "_leader 1.0") && text.contains(base + "_deletes_accepted 3.0"),
+          // 3 driver pods and cleanOnce's barrier pod.
+          assert(text.contains(base + "_leader 1.0") && text.contains(base + "_deletes_accepted 4.0"),
             text.linesIterator.filter(_.contains("cleanup")).mkString("\n"))
           text
         }
@@ -231,7 +233,7 @@ class ZeroPatchSuite extends AnyFunSuite {
             nss.foreach(ns => assert(fleet.count(_.isLeader(ns)) == 1))
             assert(api.openWatches(PodsweepAgent) == nss.size, s"open watches ${api.openWatches(PodsweepAgent)}")
           }
-          nss.foreach(ns => cleanOnce(api, admin, ns, pods = 15))
+          nss.foreach(ns => cleanOnce(api, admin, fleet.toSeq, ns, pods = 15))
           assert(fleet.forall(_.get("/healthz")._1 == 200))
           val (mc, metrics) = fleet.head.get("/metrics")
           assert(mc == 200 && metrics.contains("podsweep_"), metrics.take(500))
@@ -272,7 +274,7 @@ class ZeroPatchSuite extends AnyFunSuite {
         val other = if (leader eq a) b else a
         assert(leader.terminate() == 0)
         eventually(assert(other.isLeader(ns)))
-        cleanOnce(api, admin, ns, pods = 5)
+        cleanOnce(api, admin, Seq(other), ns, pods = 5)
       } finally Seq(a, b).foreach(x => scala.util.Try(x.close()))
       val bad = PodsweepDaemon.binary.get
       val confFile = logDir.resolve("bad.conf")
@@ -311,13 +313,13 @@ class ZeroPatchSuite extends AnyFunSuite {
         // The patched server joins the election with the scope's first driver pod.
         admin.pods().inNamespace(ns).resource(org.podsweep.testkit.KyuubiPods.driver("warm-up")).create()
         eventually(assert(fleet.count(_.isLeader(ns)) == 1, fleet.map(f => f.name -> f.status(ns).leadership)))
-        cleanOnce(api, admin, ns, pods = 20)
+        cleanOnce(api, admin, fleet, ns, pods = 20)
         // Hand the scope from one kind to the next: each leader stops in turn.
         val first = fleet.find(_.isLeader(ns)).get
         first.stop()
         val rest = fleet.filterNot(_ eq first)
         eventually(assert(rest.count(_.isLeader(ns)) == 1))
-        cleanOnce(api, admin, ns, pods = 10)
+        cleanOnce(api, admin, rest, ns, pods = 10)
       } finally fleet.foreach(x => scala.util.Try(x.close()))
     }
   }

@@ -89,9 +89,10 @@ class ForbiddenLeaderSuite extends AnyFunSuite {
       val startedAt = System.currentTimeMillis()
       val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
       // The read-only leader is refused, steps down after 10 s; the other one then deletes.
-      Phases.settle(kube, Seq(ns), quietMs = 5000)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
+      Phases.settleFleet(kube, admin, servers.toSeq, Seq(ns), s.podPrefix)(!w.drivers.exists(Phases.present(admin, Seq(ns))))
+      val barrier = Phases.barrierName(s.podPrefix)
       val r = Phases.judge("forbidden", "patched", s, kube, admin, Seq(ns), w, 0, startedAt)
-      val deletes = audited(kube).filter(a => a.verb == "delete" && a.namespace == ns)
+      val deletes = audited(kube).filter(a => a.verb == "delete" && a.namespace == ns && a.name != barrier)
       val driverNames = w.drivers.map(_.name).toSet
       info(s"DELETEs: ${deletes.groupBy(a => (a.user, a.code)).map { case (k, v) => s"$k x ${v.size}" }.mkString(", ")}")
       assert(r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0, r)
@@ -116,7 +117,7 @@ class ForbiddenLeaderSuite extends AnyFunSuite {
       val why = Option(st.string("health_reason")).getOrElse("")
       assert(why.contains("completed no DELETE") && why.contains("forbidden") && why.contains("403"), why)
       assert(outcomes(st)("forbidden") == refused.size && outcomes(st)("accepted") == 0, st)
-      assert(outcomes(deleter.status(ns))("accepted") == driverNames.size, deleter.status(ns))
+      assert(outcomes(deleter.status(ns))("accepted") == driverNames.size + 1, deleter.status(ns)) // and the barrier
       assert(healthy(deleter.status(ns)).contains(true), deleter.status(ns))
       assert(readonly.logLines("Stepping down as cleanup leader").nonEmpty, "no step-down ERROR")
       assert(readonly.logLines("DELETE is forbidden for").nonEmpty, "no forbidden summary ERROR")

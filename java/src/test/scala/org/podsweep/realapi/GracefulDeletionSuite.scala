@@ -78,9 +78,19 @@ class GracefulDeletionSuite extends AnyFunSuite with BeforeAndAfterAll {
       assert(p.getMetadata.getDeletionTimestamp != null, s"$n is not Terminating")
       assert(p.getStatus.getPhase == "Running")
     }
-    // Well past the deadline: retain period + 15 of Kyuubi's check intervals (1 s) and more.
-    val until = math.max(deadline + retainMs + 15000L, System.currentTimeMillis() + 10000L)
-    while (System.currentTimeMillis() < until) Thread.sleep(200)
+    // Every server has taken the Terminating pods' updates and holds nothing; on a Kyuubi server
+    // the retain-period entries of the held pods have expired after their last event (the
+    // removal listener, Kyuubi's own delete path, has run). Nothing can send another DELETE
+    // while the pods stay as they are.
+    barrier(fleet, ns, "barrier-terminating")
+    fleet.foreach {
+      case k: KyuubiServer => pods.foreach { p =>
+        eventually(assert(k.appInfo(None, Some(ns), KyuubiPods.tag(p)).state == "NOT_FOUND",
+          s"${k.name}: ${p.getMetadata.getName}"))
+      }
+      case _ =>
+    }
+    val until = System.currentTimeMillis()
     held.foreach { n =>
       val d = deletesOf(ns, n)
       assert(d.size == 1 && d.head.status == 200 && d.head.bearer.contains(leader.name), s"$n: $d")
@@ -89,20 +99,39 @@ class GracefulDeletionSuite extends AnyFunSuite with BeforeAndAfterAll {
     }
     // The finalizer goes; the pod is still bound to a node, so the kubelet finishes it.
     held.foreach(n => dropFinalizers(admin, ns, n))
-    Thread.sleep(1000)
-    held.foreach(n => assert(get(admin, ns, n).isDefined, s"$n went without its kubelet"))
+    // The API server decides within the update that removes the last finalizer (a pod bound to
+    // a node waits for its kubelet; no controller-manager runs here to delete it later).
+    held.foreach(n => assert(get(admin, ns, n).exists(_.getMetadata.getFinalizers.isEmpty), s"$n went without its kubelet"))
     // A kubelet stand-in of this test's own, started only now.
     val kubelet = new NodeSim(kube)
     try eventually(held.foreach(n => assert(get(admin, ns, n).isEmpty, s"$n still there")))
     finally kubelet.close()
-    Thread.sleep(3000)
+    // Every server has taken the held pods' DELETE events and holds nothing.
+    barrier(fleet, ns, "barrier-gone")
     held.foreach(n => assert(deletesOf(ns, n).size == 1, s"$n: ${deletesOf(ns, n)}"))
     assert(deletesOf(ns, decoy.getMetadata.getName).isEmpty && get(admin, ns, decoy.getMetadata.getName).isDefined)
     val accepted = fleet.map(f => outcomes(f.status(ns))("accepted")).sum
-    assert(accepted == held.size, fleet.map(_.status(ns)))
+    assert(accepted == held.size + 2, fleet.map(_.status(ns))) // and the two barriers
     fleet.foreach(f => assert(f.problems.isEmpty, s"${f.name}: ${f.problems.take(3)}"))
     info(s"${held.size} held pods: one DELETE each by ${leader.name}, none while Terminating " +
-      s"(${(until - deadline) / 1000} s past the deadline), gone after the finalizer and the kubelet")
+      s"(${(until - deadline) / 1000} s past the deadline, every server settled), gone after the finalizer and the kubelet")
+  }
+
+  /**
+   * A barrier for the servers of `fleet` in `ns`: a terminated, unscheduled driver pod created
+   * now. The leader DELETEs it only once it has taken the pod's events, and so every event the
+   * API server wrote before them (a server takes a namespace's events in resourceVersion order);
+   * then every server holds nothing (nothing tracked, in flight or queued; a follower has taken
+   * the barrier's DELETE event too). No server sends a DELETE before a new event.
+   */
+  private def barrier(fleet: Seq[FleetServer], ns: String, name: String): Unit = {
+    terminate(admin, ns, kube.createPod(admin, ns, KyuubiPods.driver(name)), succeeded = true, Instant.now())
+    eventually(assert(deletesOf(ns, name).exists(_.status == 200), s"no DELETE of $name yet"))
+    eventually(fleet.foreach { f =>
+      val st = f.status(ns)
+      assert(st.tracked == 0 && st.inflight == 0 && st.number("queued") == 0, s"${f.name}: $st")
+    })
+    assert(deletesOf(ns, name).size == 1, deletesOf(ns, name))
   }
 
   private val container = Map("kyuubi.kubernetes.application.state.source" -> "CONTAINER")
@@ -180,7 +209,12 @@ class GracefulDeletionSuite extends AnyFunSuite with BeforeAndAfterAll {
       assert(newUid != oldUid)
       assert(System.currentTimeMillis() < deadline - 1000, "the swap took longer than the retain period: the machine is too slow for this test")
       eventually(assert(deletesOf(ns, name).nonEmpty, "no DELETE by the leader"))
-      Thread.sleep(3000)
+      // The 409 settled the record: nothing tracked, in flight or queued (the muted informer
+      // passes no event that could arm it again), so no DELETE can follow.
+      eventually {
+        val st = server.status(ns)
+        assert(st.tracked == 0 && st.inflight == 0 && st.number("queued") == 0, st)
+      }
       val d = deletesOf(ns, name)
       assert(d.size == 1 && d.head.status == 409 && d.head.bearer.contains("replacer"), d)
       assert(d.head.atMillis >= deadline - 1000, s"DELETE at ${d.head.atMillis}, deadline $deadline")

@@ -117,7 +117,7 @@ class RealVsFakesSuite extends AnyFunSuite with BeforeAndAfterAll {
     val n = ns("rvf-graceful")
     val events = new ConcurrentLinkedQueue[String]()
     val informer = admin.pods().inNamespace(n).inform(new ResourceEventHandler[Pod] {
-      override def onAdd(p: Pod): Unit = ()
+      override def onAdd(p: Pod): Unit = events.add(s"ADD ${p.getMetadata.getName}")
       override def onUpdate(o: Pod, p: Pod): Unit =
         events.add(s"UPDATE ${p.getMetadata.getName} deleting=${p.getMetadata.getDeletionTimestamp != null}")
       override def onDelete(p: Pod, unknown: Boolean): Unit = events.add(s"DELETE ${p.getMetadata.getName}")
@@ -133,7 +133,11 @@ class RealVsFakesSuite extends AnyFunSuite with BeforeAndAfterAll {
       val ts = Instant.parse(answered.getMetadata.getDeletionTimestamp)
       assert(!ts.isBefore(before.plusSeconds(30)) && !ts.isAfter(Instant.now().plusSeconds(31)), ts)
       eventually(assert(events.asScala.toSeq.contains("UPDATE running-on-node deleting=true"), events))
-      Thread.sleep(3000)
+      // A pod created after the DELETE's answer is a barrier: the watch sends the namespace's
+      // events in resourceVersion order, so once the informer has the barrier it has every event
+      // the server wrote for the Terminating pod before it (a delete there would be among them).
+      kube.createPod(admin, n, KyuubiPods.driver("barrier", phase = "Pending"))
+      eventually(assert(events.asScala.toSeq.contains("ADD barrier"), events))
       assert(get(admin, n, "running-on-node").exists(_.getMetadata.getDeletionTimestamp != null))
       assert(!events.asScala.exists(_.startsWith("DELETE")), events)
       // The kubelet's part: grace 0 with the UID.
@@ -321,7 +325,13 @@ class RealVsFakesSuite extends AnyFunSuite with BeforeAndAfterAll {
       val user = saUser(RealKube.ServersNamespace, "rvf-dry-run")
       def sent = audited(kube).filter(e => e.user == user && e.namespace == n && e.verb == "delete")
       eventually(assert(sent.size == names.size))
-      Thread.sleep(2000)
+      // podsweep has settled every pod (each DELETE answered, nothing tracked, in flight or
+      // queued): it sends nothing more until a pod changes, and a dry run changes none. The audit
+      // log is written before each answer (blocking mode).
+      eventually {
+        val st = server.status(n)
+        assert(st.deletesSent == names.size && st.tracked == 0 && st.inflight == 0 && st.number("queued") == 0, st)
+      }
       assert(sent.size == names.size && sent.forall(_.code == 200), sent)
       assert(names.forall(name => get(admin, n, name).exists(_.getMetadata.getDeletionTimestamp == null)),
         "podsweep's dry run deleted a pod")
@@ -339,8 +349,10 @@ class RealVsFakesSuite extends AnyFunSuite with BeforeAndAfterAll {
     val looseNow = get(admin, n, "held-unscheduled").get
     assert(looseNow.getMetadata.getDeletionGracePeriodSeconds == 0L, looseNow.getMetadata)
     Seq("held-bound", "held-unscheduled").foreach(dropFinalizers(admin, n, _))
+    // The server decides within the update that removes the last finalizer: a pod whose grace
+    // period is 0 goes then (the unscheduled one), any other waits for its kubelet (no
+    // controller-manager runs here, so nothing else would delete it later).
     assert(get(admin, n, "held-unscheduled").isEmpty, "an unscheduled pod stayed after its last finalizer went")
-    Thread.sleep(2000)
     val boundNow = get(admin, n, "held-bound").getOrElse(fail("a node-bound pod went without its kubelet"))
     assert(boundNow.getMetadata.getDeletionTimestamp != null && boundNow.getMetadata.getFinalizers.isEmpty)
     assert(kube.deletePod(admin, n, "held-bound", Some(bound.getMetadata.getUid), Some(0L))._1 == 200)

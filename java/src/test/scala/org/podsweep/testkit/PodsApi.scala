@@ -90,6 +90,14 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
   @volatile private var closed = false
   /** While true, Terminating pods are never confirmed by a kubelet (their node is gone). */
   @volatile var nodeGone: Boolean = false
+  private val confirmsScheduled = new java.util.concurrent.atomic.AtomicLong
+  private val confirmsPutOff = new java.util.concurrent.atomic.AtomicLong
+
+  /** Kubelet confirmations scheduled by DELETEs (one per pod that went Terminating without finalizers). */
+  def kubeletConfirmsScheduled: Long = confirmsScheduled.get
+
+  /** Kubelet confirmations that came while [[nodeGone]] and were put off (the pod stayed). */
+  def kubeletConfirmsPutOff: Long = confirmsPutOff.get
   /** The fault a request meets, if any (decided before the request is served). */
   @volatile var onRequest: ApiRequest => Option[ApiFault] = (_: ApiRequest) => None
 
@@ -344,6 +352,7 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
           val stored = store(ns, p, "MODIFIED")
           if (!finalizers) {
             val uidNow = p.getMetadata.getUid
+            confirmsScheduled.incrementAndGet()
             kubelet.schedule(new Runnable {
               override def run(): Unit = confirm(ns, name, uidNow)
             }, kubeletConfirmMs, TimeUnit.MILLISECONDS)
@@ -355,7 +364,10 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
 
   /** The kubelet reports the pod's containers stopped: the pod goes (unless its node is gone). */
   private def confirm(ns: String, name: String, uid: String): Unit =
-    if (nodeGone) kubelet.schedule(new Runnable { override def run(): Unit = confirm(ns, name, uid) }, 200, TimeUnit.MILLISECONDS)
+    if (nodeGone) {
+      confirmsPutOff.incrementAndGet()
+      kubelet.schedule(new Runnable { override def run(): Unit = confirm(ns, name, uid) }, 200, TimeUnit.MILLISECONDS)
+    }
     else lock.synchronized {
       pods.get((ns, name)).filter(_.getMetadata.getUid == uid).foreach(_ => remove(ns, name))
     }
