@@ -81,10 +81,12 @@ class AlertRulesSuite extends AnyFunSuite {
     }
   }
 
-  private def header(source: String): String =
-    s"# promtool tests of docs/alerts/podsweep-rules.yaml on real captures of the $source's metrics (see\n" +
-      s"# java/src/test/scala/org/podsweep/alerts/AlertRulesSuite.scala, which writes this file from the\n" +
-      s"# $source-*.prom beside it). $stamp\n"
+  private def header(source: String): String = {
+    val what = if (source == "daemon") "the daemon's /metrics" else "a patched Kyuubi server's Prometheus endpoint"
+    s"# promtool tests of docs/alerts/podsweep-rules.yaml on real captures of $what\n" +
+      s"# ($source-*.prom beside this file), written by AlertRulesSuite\n" +
+      s"# (java/src/test/scala/org/podsweep/alerts/). $stamp\n"
+  }
 
   private lazy val stamp: String = s"commit ${commit()}, ${Instant.now().truncatedTo(ChronoUnit.SECONDS)}, " +
     s"${kube.name} (${kube.url})"
