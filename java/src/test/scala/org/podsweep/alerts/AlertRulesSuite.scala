@@ -115,6 +115,8 @@ class AlertRulesSuite extends AnyFunSuite {
       "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> "2000",
       "kyuubi.ha.namespace" -> "kyuubi-alerts-daemon",
       P + "kind" -> "ALL",
+      // The leaders keep their state through the scrapes (they step down after 2 min by default;
+      // a fleet that takes turns is a hand-written test); failed DELETEs retry between them.
       P + "ha.stepDownAfter" -> "PT1H",
       P + "forbidden.retryInterval" -> "PT10S",
       P + "retry.maxWait" -> "PT10S") ++ ha.kyuubiConf
