@@ -271,9 +271,7 @@ impl Sweeper {
                     self.failures.summarise(&self.scope, &self.cfg.tuning);
                 }
                 _ = probe.tick() => {
-                    if !self.tracker.is_empty() {
-                        self.probe();
-                    }
+                    self.probe();
                     self.check_pauses();
                 }
                 _ = sleep_until_some(self.leaderless_alert_at) => {
@@ -670,9 +668,14 @@ impl Sweeper {
         );
     }
 
-    /// Every few seconds: the oldest overdue pod's age (from the overdue set, O(log due)), and
-    /// whether a leader is stuck.
+    /// Every few seconds: the oldest overdue pod's age (from the overdue set, O(log due); 0 once
+    /// nothing is overdue, so that the stalled-leader alerts never read the age of a pod deleted
+    /// long ago), and whether a leader is stuck.
     fn probe(&mut self) {
+        if self.tracker.is_empty() {
+            ScopeMetrics::set(&self.metrics.oldest_overdue_ms, 0);
+            return;
+        }
         let now = self.clock.now();
         let oldest = self
             .tracker

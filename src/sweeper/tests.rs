@@ -254,3 +254,91 @@ async fn after_a_retry_after_pause_the_scope_resumes_gently_and_loses_nothing() 
     h.tx.send(Command::Shutdown).unwrap();
     let _ = h.task.await;
 }
+
+/// Answers 200 once the test opens the gate: a DELETE stays in flight until then.
+struct Gated(Arc<tokio::sync::Semaphore>);
+
+impl PodDeleter for Gated {
+    fn delete(&self, _name: &str, _uid: &str, _dry_run: bool) -> BoxFuture<'static, Outcome> {
+        let gate = self.0.clone();
+        Box::pin(async move {
+            let _ = gate.acquire().await.map(|p| p.forget());
+            Outcome {
+                class: OutcomeClass::Accepted,
+                code: Some(200),
+                reason: String::new(),
+                message: String::new(),
+                retry_after: None,
+            }
+        })
+    }
+}
+
+/// Issue 25 §6: `oldest_overdue_ms` (the stalled-leader alerts read it) measures the pods past
+/// their deadline, those whose DELETE is in flight or in backoff included, and reads 0 once the
+/// last one is deleted. Before the fix the probe skipped an empty tracker, so the age of the last
+/// overdue pod it had seen stayed in the gauge for good: an idle scope with no DELETE for 10
+/// minutes then read as a stalled leader.
+#[tokio::test(start_paused = true)]
+async fn the_oldest_overdue_age_goes_back_to_zero_once_the_last_pod_is_deleted() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
+    let scope = Scope::new(None, Some("overdue"));
+    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
+    tokio::task::yield_now().await;
+    let signal = signals.lock().unwrap()[0].clone();
+    signal.lead_until(Instant::now() + Duration::from_secs(36_000), "won");
+    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(1));
+    let probe = cfg.overdue_probe;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let deleter: Arc<dyn PodDeleter> = Arc::new(Gated(gate.clone()));
+    let source: DeleterSource = Arc::new(move |_| {
+        let d = deleter.clone();
+        Box::pin(async move { Ok(d) })
+    });
+    let metrics: Arc<ScopeMetrics> = Arc::default();
+    let h = spawn(
+        scope,
+        1,
+        cfg,
+        Clock::System,
+        election,
+        source,
+        Box::new(|_| false),
+        metrics.clone(),
+    );
+    let obs = Observation {
+        kind: EventKind::Update,
+        tag: "t".into(),
+        pod_name: "driver-overdue".into(),
+        pod_uid: "u-overdue".into(),
+        state: AppState::Finished,
+        has_app_selector: true,
+        terminated_at: Some(SystemTime::now() - Duration::from_secs(3600)),
+        deletion_requested: false,
+    };
+    h.tx.send(Command::Observe(obs)).unwrap();
+    let oldest = || metrics.snapshot()["oldest_overdue_ms"].as_u64().unwrap();
+    // Its DELETE is in flight (stage Deleting, not Due): overdue by about an hour (its deadline
+    // is its termination plus the 1 s retain period).
+    tokio::time::sleep(probe * 2).await;
+    assert_eq!(metrics.snapshot()["inflight"], 1);
+    assert_eq!(metrics.snapshot()["due"], 0);
+    assert!(oldest() >= 3_590_000, "{}", oldest());
+    gate.add_permits(1);
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if metrics.snapshot()["tracked"] == 0 {
+            break;
+        }
+    }
+    assert_eq!(metrics.snapshot()["tracked"], 0, "{}", metrics.snapshot());
+    tokio::time::sleep(probe * 2).await;
+    assert_eq!(
+        oldest(),
+        0,
+        "the gauge kept the age of a pod deleted long ago"
+    );
+    h.tx.send(Command::Shutdown).unwrap();
+    let _ = h.task.await;
+}
