@@ -533,6 +533,17 @@ async fn a_flapping_leadership_does_not_relist_at_once_each_time() {
     let flapped = api.list_requests() - before;
     println!("8 flaps in about 1 s: {flapped} lists");
     assert!(flapped <= 3, "{flapped} lists for 8 flaps");
+    // Issue 25, item 5: while the paced first list of the term waits, the scope reads LEADING
+    // and paused `list_pacing`, with the time of the list (before, it read leading, healthy and
+    // not paused, for up to 5 minutes).
+    let st = status(&a);
+    assert_eq!(st["leadership"], "LEADING", "{st}");
+    let pacing = st["pauses"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["reason"] == "list_pacing"))
+        .unwrap_or_else(|| panic!("leading after 8 short terms, and no list_pacing pause: {st}"));
+    assert!(pacing["until_ms"].as_u64().is_some(), "{pacing}");
+    println!("paced: {pacing}");
     // It still watches once the flapping stops.
     wait_for("watching again", LONG, || {
         watching(&a) && api.open_watches() == 1

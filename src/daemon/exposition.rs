@@ -482,6 +482,7 @@ mod tests {
         let mut s = scope(true);
         s["pauses"] = json!([{"reason": "retry_after", "pause_ms": 1, "until_ms": 2}]);
         s["restarts"] = 0.into();
+        s["queued"] = 0.into();
         let text = prometheus(&[s]);
         let exposed: Vec<&str> = text
             .lines()

@@ -316,6 +316,7 @@ async fn the_oldest_overdue_age_goes_back_to_zero_once_the_last_pod_is_deleted()
         has_app_selector: true,
         terminated_at: Some(SystemTime::now() - Duration::from_secs(3600)),
         deletion_requested: false,
+        annotations: None,
     };
     h.tx.send(Command::Observe(obs)).unwrap();
     let oldest = || metrics.snapshot()["oldest_overdue_ms"].as_u64().unwrap();
