@@ -46,11 +46,22 @@ impl Backend for Keys {
 }
 
 fn engine(url: &str, backend: &Keys, identities: IdentitySource) -> Engine {
+    engine_with(url, backend, identities, &[])
+}
+
+/// An engine whose API server is `url`, with `extra` keys (e.g. a context's overlay).
+fn engine_with(
+    url: &str,
+    backend: &Keys,
+    identities: IdentitySource,
+    extra: &[(&str, &str)],
+) -> Engine {
     let conf = [
         (keys::CLEANUP_KIND, "ALL"),
         ("kyuubi.kubernetes.master.address", url),
     ]
     .iter()
+    .chain(extra)
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     Engine::with_parts(
@@ -197,24 +208,12 @@ async fn aliasing_scopes_are_each_reported_under_their_own_name() {
     start();
     let backend = Keys::default();
     let ids: IdentitySource = Arc::new(|_| Box::pin(async { Ok("uid-7".to_owned()) }));
-    let conf = [
-        (keys::CLEANUP_KIND, "ALL"),
-        ("kyuubi.kubernetes.master.address", "https://api:6443"),
-        ("kyuubi.kubernetes.prod.master.address", "https://api:6443"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let e = Engine::with_parts(
-        Settings::from_map(conf).unwrap(),
-        "server",
-        Arc::new(backend.clone()),
-        common::fixture::no_deleters(),
-        Clock::System,
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap()
-    .with_namespace_identities(ids);
+    let e = engine_with(
+        "https://api:6443",
+        &backend,
+        ids,
+        &[("kyuubi.kubernetes.prod.master.address", "https://api:6443")],
+    );
     let named = Scope::new(Some("prod"), Some("spark"));
     let bare = Scope::new(None, Some("spark"));
     let obs = common::fixture::observation("p", EventKind::Update, AppState::Running);
