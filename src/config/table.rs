@@ -356,7 +356,7 @@ pub static KEYS: &[KeyDoc] = &[
         key: keys::ANNOTATIONS_MAX_RETAIN,
         const_name: "ANNOTATIONS_MAX_RETAIN_PERIOD",
         typ: KeyType::Duration,
-        default: Some("P7D"),
+        default: Some("PT168H"),
         fallback: None,
         check: Check::PositiveDuration,
         doc: "The longest retain period a podsweep.org/retain-period annotation may ask for; a \
