@@ -358,7 +358,7 @@ fn zk_settings(
         (keys::HA_ADDRESSES, server.addr().as_str()),
         (keys::HA_NAMESPACE, "pauses"),
         (keys::ZK_SESSION_TIMEOUT, "6000"),
-        (keys::LEADERLESS_ALERT, "PT3S"),
+        (keys::HEALTH_ALERT_AFTER, "PT3S"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
