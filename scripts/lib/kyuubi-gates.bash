@@ -198,8 +198,10 @@ kyuubi_regen() {
   write_diff "$work/a" "$work/b" "$work/step1.diff" "$PATCH"
   # Kyuubi's generator (AllKyuubiConfiguration, KYUUBI_UPDATE=1) on the patched test tree of that
   # diff; the tree then holds the final diff exactly and is kept under the final diff's key.
-  TEST_PATCH="$work/step1.diff"
+  local diff="$PATCH"
+  TEST_PATCH="$work/step1.diff" PATCH="$work/step1.diff"
   prepare_test_trees
+  PATCH="$diff"
   local suite=org.apache.kyuubi.config.AllKyuubiConfiguration
   log "AllKyuubiConfiguration with KYUUBI_UPDATE=1 on $PATCHED_TREE"
   KYUUBI_UPDATE=1 run_suite "$PATCHED_TREE" "$suite" "$work/results"
@@ -211,6 +213,15 @@ kyuubi_regen() {
   dir="$(patched_tree_dir "$key")"
   if [ "$dir" != "$PATCHED_TREE" ]; then
     rm -rf "$dir" && mv "$PATCHED_TREE" "$dir" && echo "$key" > "$dir/stamp"
+  fi
+  # The patched jar is the same (settings.md is no source of it): kept under the final diff's key.
+  local jar_old jar_new want
+  jar_old="$CACHE/patched/$(patched_want "$work/step1.diff" | sha256sum | cut -c1-16)"
+  want="$(patched_want "$work/final.diff")"
+  jar_new="$CACHE/patched/$(echo "$want" | sha256sum | cut -c1-16)"
+  if [ -s "$jar_old/kyuubi-server.jar" ] && [ "$jar_old" != "$jar_new" ]; then
+    rm -rf "$jar_new" && cp -r "$jar_old" "$jar_new" && echo "$want" > "$jar_new/stamp"
+    record_patched "$jar_new/kyuubi-server.jar"
   fi
   cp "$work/final.diff" "$PATCH"
   log "regenerated $(basename "$PATCH") in $((SECONDS - t0)) s"
