@@ -60,9 +60,9 @@ gates_platform_jar() {
 # Counts of one Maven run's log for the line a gate prints.
 gate_scalastyle_counts() {
   local log="$1" files errors warnings
-  files="$(sed -n 's/.*Processed \([0-9]*\) file(s).*/\1/p' "$log" | paste -sd+ | bc)"
-  errors="$(sed -n 's/.*Found \([0-9]*\) errors.*/\1/p' "$log" | paste -sd+ | bc)"
-  warnings="$(sed -n 's/.*Found \([0-9]*\) warnings.*/\1/p' "$log" | paste -sd+ | bc)"
+  files="$(sed -n 's/.*Processed \([0-9]*\) file(s).*/\1/p' "$log" | awk '{s+=$1} END {print s}')"
+  errors="$(sed -n 's/.*Found \([0-9]*\) errors.*/\1/p' "$log" | awk '{s+=$1} END {print s}')"
+  warnings="$(sed -n 's/.*Found \([0-9]*\) warnings.*/\1/p' "$log" | awk '{s+=$1} END {print s}')"
   echo "${files:-0} files, ${errors:-?} errors, ${warnings:-?} warnings"
 }
 
