@@ -61,7 +61,7 @@ pub struct ScopeMetrics {
 
 const LAG_BUCKETS: usize = 14;
 
-/// No reachable leader for longer than `ha.leaderlessAlertAfter`.
+/// No reachable leader for longer than `health.alertAfter`.
 pub const UNHEALTHY_LEADERLESS: u64 = 1;
 /// This server could not complete a DELETE for `ha.stepDownAfter` while DELETEs were due.
 pub const UNHEALTHY_CANNOT_DELETE: u64 = 2;
@@ -71,9 +71,9 @@ pub const UNHEALTHY_RESTARTED: u64 = 4;
 pub const UNHEALTHY_ELECTION_RESTARTED: u64 = 8;
 /// The scope's pod watch task failed and was restarted recently (self-watch mode).
 pub const UNHEALTHY_WATCH_RESTARTED: u64 = 16;
-/// The scope's pod watch has failed, list after list, for `ha.leaderlessAlertAfter`.
+/// The scope's pod watch has failed, list after list, for `health.alertAfter`.
 pub const UNHEALTHY_WATCH_FAILING: u64 = 32;
-/// The API server has held the scope's DELETEs back (Retry-After) for `ha.leaderlessAlertAfter`.
+/// The API server has held the scope's DELETEs back (Retry-After) for `health.alertAfter`.
 pub const UNHEALTHY_THROTTLED: u64 = 64;
 /// This server leads the scope but its pod watch cannot list the pods (it watches nothing).
 pub const UNHEALTHY_WATCH_CANNOT_LIST: u64 = 128;

@@ -8,7 +8,7 @@
 //!   bit with the reason, and returns the wait before the next run: 1 s, doubling up to 1 min
 //!   while the task keeps failing.
 //! * The bit is cleared (and the wait reset) once the task has run for `healthy_after`
-//!   (`ha.leaderlessAlertAfter`) without failing again.
+//!   (`health.alertAfter`) without failing again.
 //! * Every task of a scope is restarted this way (cleanup loop, election, pod watch), with the
 //!   one [`Backoff`] type of the crate.
 

@@ -246,7 +246,7 @@ const KEYS: &[&str] = &[
     keys::DRY_RUN,
     keys::RETRY_MAX_WAIT,
     keys::FORBIDDEN_RETRY,
-    keys::LEADERLESS_ALERT,
+    keys::HEALTH_ALERT_AFTER,
     keys::IDLE_RELEASE,
     keys::STEP_DOWN_AFTER,
     keys::WATCH_ENABLED,

@@ -11,7 +11,7 @@ use podsweep::model::EventKind;
 use tokio::time::Instant;
 
 /// Item 9: an expired token (401) and a failing API server (503) give one summary line per class
-/// per scope per interval (`forbidden.summaryInterval`, PT1M here), quoting the first pod, not
+/// per scope per interval (`failures.summaryInterval`, PT1M here), quoting the first pod, not
 /// one line per pod per retry.
 #[tokio::test(start_paused = true)]
 async fn failures_are_summarised_per_scope_not_logged_per_pod() {

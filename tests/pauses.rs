@@ -53,7 +53,7 @@ fn log_lines(logs: &common::fixture::Capture, needle: &str) -> usize {
 }
 
 /// A Retry-After of ten minutes: the scope reads paused (`retry_after`) until then, healthy at
-/// first and unhealthy once the pause has lasted `ha.leaderlessAlertAfter`; `/metrics` and
+/// first and unhealthy once the pause has lasted `health.alertAfter`; `/metrics` and
 /// `/healthz` say the same; one WARN at its start, one INFO at its end; after it, one DELETE
 /// leaves first (the ramp), and its answer ends the pause.
 /// Before issue 20 the status had no pause at all and read healthy throughout.
@@ -358,7 +358,7 @@ fn zk_settings(
         (keys::HA_ADDRESSES, server.addr().as_str()),
         (keys::HA_NAMESPACE, "pauses"),
         (keys::ZK_SESSION_TIMEOUT, "6000"),
-        (keys::LEADERLESS_ALERT, "PT3S"),
+        (keys::HEALTH_ALERT_AFTER, "PT3S"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -397,7 +397,7 @@ async fn wait_status(
 }
 
 /// Real ZooKeeper: the leader's server dies. The scope reads paused (`ha_session_lost`,
-/// open-ended) at once, unhealthy after `ha.leaderlessAlertAfter` (3 s here) with `/healthz`
+/// open-ended) at once, unhealthy after `health.alertAfter` (3 s here) with `/healthz`
 /// saying so, and not paused once the same session is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_ha_session_reads_paused_until_it_is_back() {
@@ -446,7 +446,7 @@ async fn a_lost_ha_session_reads_paused_until_it_is_back() {
     .await;
     assert!(
         t0.elapsed() >= Duration::from_secs(3),
-        "unhealthy only after leaderlessAlertAfter"
+        "unhealthy only after health.alertAfter"
     );
     assert_eq!(st["pauses"][0]["unhealthy"], true, "{st}");
     let reasons = exposition::health_reasons(std::slice::from_ref(&st));

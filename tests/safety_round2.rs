@@ -148,7 +148,7 @@ async fn a_panicking_election_task_is_reported_and_restarted() {
     assert_eq!(req.uri().path(), "/api/v1/namespaces/elect/pods/driver-two");
     send.send_response(status_reply(200, "", None));
     assert_eq!(status(&engine, &scope)["restarts"], 1);
-    // Healthy again once the restarted task has run `ha.leaderlessAlertAfter` (120 s, paused
+    // Healthy again once the restarted task has run `health.alertAfter` (120 s, paused
     // time) without failing.
     sleep(Duration::from_secs(125)).await;
     assert_eq!(status(&engine, &scope)["healthy"], true);

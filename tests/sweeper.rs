@@ -419,7 +419,7 @@ async fn dry_run_sends_a_server_side_dry_run_delete() {
 async fn forbidden_pods_are_summarised_once_per_interval() {
     start();
     let logs = capture();
-    let mut f = Fixture::with_conf("ALL", &[(keys::FORBIDDEN_SUMMARY, "PT5M")]).await;
+    let mut f = Fixture::with_conf("ALL", &[(keys::FAILURES_SUMMARY, "PT5M")]).await;
     f.lead().await;
     f.observe_finished("f", 30, EventKind::Update, 3600);
     // Ten minutes of 403s: every pod retried about once a minute, never dropped.

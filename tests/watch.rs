@@ -455,7 +455,7 @@ async fn a_panicking_watch_task_is_reported_and_restarted() {
 }
 
 /// Issue 22, item 6: a watch that fails right after every list (the lists work) is a failing
-/// watch: its failing time is not reset by each list, and after `ha.leaderlessAlertAfter` the
+/// watch: its failing time is not reset by each list, and after `health.alertAfter` the
 /// scope (and so the daemon's /healthz) reports it. Lists after failures are paced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_that_fails_after_every_list_is_reported() {
@@ -464,7 +464,7 @@ async fn a_watch_that_fails_after_every_list_is_reported() {
     let backend = ManualBackend::default();
     let signals = backend.signals.clone();
     let a = engine_with(
-        conf(&api, "PT2S", &[(keys::LEADERLESS_ALERT, "PT3S")]),
+        conf(&api, "PT2S", &[(keys::HEALTH_ALERT_AFTER, "PT3S")]),
         "server-a",
         Arc::new(backend),
     );

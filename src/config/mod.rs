@@ -73,9 +73,18 @@ pub mod keys {
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.retry.maxWait";
     pub const FORBIDDEN_RETRY: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.retryInterval";
-    pub const FORBIDDEN_SUMMARY: &str =
+    /// How often failed DELETEs are summed up, every failure class (403, 429, 5xx, ...).
+    pub const FAILURES_SUMMARY: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.failures.summaryInterval";
+    /// The name `FAILURES_SUMMARY` had first; read when that key is absent (deprecated).
+    pub const FORBIDDEN_SUMMARY_OLD: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.summaryInterval";
-    pub const LEADERLESS_ALERT: &str =
+    /// How long a scope may be in trouble (no leader, Retry-After, failing watch, restarts)
+    /// before it is reported unhealthy.
+    pub const HEALTH_ALERT_AFTER: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.health.alertAfter";
+    /// The name `HEALTH_ALERT_AFTER` had first; read when that key is absent (deprecated).
+    pub const LEADERLESS_ALERT_OLD: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter";
     /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
     /// ZooKeeper that Kyuubi started for this server alone.
@@ -219,6 +228,9 @@ impl Settings {
         redactor: redact::Redactor,
     ) -> Result<Self, ConfigError> {
         let get = |k: &str| raw.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+        for (old, key) in deprecated_in_use(&raw) {
+            tracing::warn!("{old} is deprecated: its value is read because {key} is not set; rename it to {key}");
+        }
         let stock_kind = match get(keys::CLEANUP_KIND) {
             None => CleanupKind::None,
             Some(v) => parse_kind(keys::CLEANUP_KIND, v)?,
@@ -249,9 +261,9 @@ impl Settings {
                 .unwrap_or_default()
         };
         let ha = parse_ha(&get)?;
-        let leaderless_alert = match get(keys::LEADERLESS_ALERT) {
+        let leaderless_alert = match lookup(&get, keys::HEALTH_ALERT_AFTER) {
             None => Duration::from_secs(120),
-            Some(v) => positive_time(keys::LEADERLESS_ALERT, v)?,
+            Some((key, v)) => positive_time(key, v)?,
         };
         let idle_release = match get(keys::IDLE_RELEASE) {
             None => Duration::from_secs(1800),
@@ -292,6 +304,28 @@ impl Settings {
             .map(|v| v.trim())
             .filter(|v| !v.is_empty())
     }
+}
+
+/// The value of `key`, else that of its first deprecated name that is set
+/// ([`table::alternatives`], as Kyuubi's `withAlternative` reads them), with the name that held
+/// it (an error names the key the operator wrote).
+pub(crate) fn lookup<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+    key: &'static str,
+) -> Option<(&'static str, &'a str)> {
+    std::iter::once(key)
+        .chain(table::alternatives(key).iter().copied())
+        .find_map(|k| get(k).map(|v| (k, v)))
+}
+
+/// The deprecated names set in `raw` whose key is not set: `(old, new)` pairs, for one WARN each.
+pub fn deprecated_in_use(raw: &HashMap<String, String>) -> Vec<(&'static str, &'static str)> {
+    let set = |k: &str| raw.get(k).is_some_and(|v| !v.trim().is_empty());
+    table::ALTERNATIVES
+        .iter()
+        .flat_map(|(key, olds)| olds.iter().map(move |old| (*old, *key)))
+        .filter(|(old, key)| set(old) && !set(key))
+        .collect()
 }
 
 /// A cleanup kind (Kyuubi's enum names, any case).
@@ -339,5 +373,7 @@ pub(crate) fn conf_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .collect()
 }
 
+#[cfg(test)]
+mod patch_docs;
 #[cfg(test)]
 mod tests;

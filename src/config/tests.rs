@@ -209,7 +209,7 @@ fn unbounded_durations_and_rates_are_refused_naming_the_key() {
         (keys::RETAIN_PERIOD, "99999999999999"),
         (keys::RETRY_MAX_WAIT, "P1000D"),
         (keys::FORBIDDEN_RETRY, "P366D"),
-        (keys::LEADERLESS_ALERT, "P400D"),
+        (keys::HEALTH_ALERT_AFTER, "P400D"),
         (keys::STEP_DOWN_AFTER, "P400D"),
         (keys::STEP_DOWN_AFTER, "PT0S"),
         (keys::IDLE_RELEASE, "P366D"),
@@ -252,4 +252,58 @@ fn an_error_never_shows_a_secret_value() {
     // Other values are shown, to help whoever fixes them.
     let e = Settings::from_map(conf(&[(keys::RATE_QPS, "ten")])).unwrap_err();
     assert!(e.to_string().contains("\"ten\""), "{e}");
+}
+
+/// Renamed keys: the earlier name is read when the new one is absent, the new one wins when both
+/// are set, and an error names the key that holds the bad value.
+#[test]
+fn renamed_keys_read_their_deprecated_names() {
+    let cases = [
+        (keys::FAILURES_SUMMARY, keys::FORBIDDEN_SUMMARY_OLD),
+        (keys::HEALTH_ALERT_AFTER, keys::LEADERLESS_ALERT_OLD),
+    ];
+    let read = |s: &Settings, key: &str| {
+        if key == keys::FAILURES_SUMMARY {
+            s.tuning.failures_summary
+        } else {
+            s.leaderless_alert
+        }
+    };
+    for (key, old) in cases {
+        assert_eq!(super::table::alternatives(key), &[old]);
+        assert!(
+            super::table::find(old).is_none(),
+            "{old} is not a row of its own"
+        );
+        let s = Settings::from_map(conf(&[(old, "PT7S")])).unwrap();
+        assert_eq!(read(&s, key), Duration::from_secs(7), "{old} alone");
+        let s = Settings::from_map(conf(&[(old, "PT7S"), (key, "PT9S")])).unwrap();
+        assert_eq!(
+            read(&s, key),
+            Duration::from_secs(9),
+            "{key} wins over {old}"
+        );
+        let e = Settings::from_map(conf(&[(old, "PT0S")])).unwrap_err();
+        assert_eq!(e.key(), old);
+        let e = Settings::from_map(conf(&[(old, "PT7S"), (key, "ten")])).unwrap_err();
+        assert_eq!(e.key(), key);
+        assert_eq!(
+            super::deprecated_in_use(&conf(&[(old, "PT7S")])),
+            vec![(old, key)]
+        );
+        assert!(super::deprecated_in_use(&conf(&[(old, "PT7S"), (key, "PT9S")])).is_empty());
+    }
+    // Every renamed key is a row of the table; the generated object reads its earlier names.
+    let scala = super::table::scala();
+    for (key, olds) in super::table::ALTERNATIVES {
+        assert!(super::table::find(key).is_some(), "{key}");
+        for old in *olds {
+            let one_line = format!(".withAlternative(\"{old}\")");
+            let two_lines = format!(".withAlternative(\n        \"{old}\")");
+            assert!(
+                scala.contains(&one_line) || scala.contains(&two_lines),
+                "{old}"
+            );
+        }
+    }
 }

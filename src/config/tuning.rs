@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{keys, parse_bool, positive_time, ConfigError};
+use super::{keys, lookup, parse_bool, positive_time, ConfigError};
 
 /// How DELETEs are paced and retried, per scope.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,8 +24,8 @@ pub struct Tuning {
     pub retry_max_wait: Duration,
     /// Wait between retries of a pod whose DELETE was forbidden (403).
     pub forbidden_retry: Duration,
-    /// At most one ERROR summary of forbidden pods per scope per this interval.
-    pub forbidden_summary: Duration,
+    /// At most one summary line per failure class per scope per this interval.
+    pub failures_summary: Duration,
 }
 
 impl Default for Tuning {
@@ -38,7 +38,7 @@ impl Default for Tuning {
             dry_run: false,
             retry_max_wait: Duration::from_secs(60),
             forbidden_retry: Duration::from_secs(60),
-            forbidden_summary: Duration::from_secs(60),
+            failures_summary: Duration::from_secs(60),
         }
     }
 }
@@ -93,7 +93,10 @@ pub(super) fn parse_tuning<'a>(
         dry_run: parse_bool(keys::DRY_RUN, get(keys::DRY_RUN), false)?,
         retry_max_wait: time(keys::RETRY_MAX_WAIT, d.retry_max_wait)?,
         forbidden_retry: time(keys::FORBIDDEN_RETRY, d.forbidden_retry)?,
-        forbidden_summary: time(keys::FORBIDDEN_SUMMARY, d.forbidden_summary)?,
+        failures_summary: match lookup(get, keys::FAILURES_SUMMARY) {
+            None => d.failures_summary,
+            Some((key, v)) => positive_time(key, v)?,
+        },
     })
 }
 

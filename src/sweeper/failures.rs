@@ -4,7 +4,7 @@
 //! 403s give an ERROR that names the missing RBAC grant; other refusals (401, 400, 422, ...) an
 //! ERROR; 429, 5xx and transport failures a WARN. The first summary comes a few seconds after the
 //! first failure (so it counts a whole burst), the next ones every
-//! `forbidden.summaryInterval` while failures go on.
+//! `failures.summaryInterval` while failures go on.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -111,6 +111,6 @@ impl Failures {
                 ),
             }
         }
-        self.next_at = any.then(|| Instant::now() + tuning.forbidden_summary);
+        self.next_at = any.then(|| Instant::now() + tuning.failures_summary);
     }
 }

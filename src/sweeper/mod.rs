@@ -776,7 +776,7 @@ impl Sweeper {
 
     /// The scope-wide pauses the task itself tracks, every few seconds: a Retry-After pause that
     /// is over (nothing is due or this server does not lead, so no answer will end it) ends, and
-    /// one that has lasted `ha.leaderlessAlertAfter` makes the scope unhealthy; then the start of
+    /// one that has lasted `health.alertAfter` makes the scope unhealthy; then the start of
     /// a long pause is logged, and pauses whose time is up end.
     fn check_pauses(&mut self) {
         let now = Instant::now();

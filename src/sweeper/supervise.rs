@@ -135,7 +135,7 @@ pub(super) fn new_sweeper(
 /// Runs the sweeper; if it fails (a panic), logs one ERROR, reports the scope unhealthy and runs
 /// it again with the same records, election and queue of events, after the backoff of every
 /// scope task ([`Restarts`]: 1 s doubling up to a minute, back to 1 s once it has run
-/// `ha.leaderlessAlertAfter` without failing).
+/// `health.alertAfter` without failing).
 async fn supervise(mut sweeper: Sweeper, mut rx: mpsc::UnboundedReceiver<Command>) {
     let mut restarts = Restarts::new(
         "cleanup",

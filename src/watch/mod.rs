@@ -22,7 +22,7 @@
 //!   resourceVersion. Building the Kubernetes client is retried from 1 s doubling to 1 min.
 //! * A list proves nothing about the watch after it: the watch counts as working (and
 //!   `watch_failing_ms` goes back to 0) only once it delivers an event or lasts a minute past its
-//!   list. A watch failing that way for `ha.leaderlessAlertAfter` makes the scope unhealthy,
+//!   list. A watch failing that way for `health.alertAfter` makes the scope unhealthy,
 //!   with the last error, until it works again or the term ends.
 //! * The watch task is supervised ([`crate::restart`]): a panic drops the scope's records, makes
 //!   the scope unhealthy with the reason, and the task runs again after a backoff.

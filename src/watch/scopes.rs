@@ -16,7 +16,7 @@ pub struct Watches {
     source: ClientSource,
     state: StateConfig,
     /// How long a watch may keep failing (and a restarted watch task must run) before the
-    /// scope is healthy again: `ha.leaderlessAlertAfter`.
+    /// scope is healthy again: `health.alertAfter`.
     healthy_after: Duration,
     /// Beside the JVM's informers: events are added, nothing is dropped (see `WatchTask`).
     additive: bool,

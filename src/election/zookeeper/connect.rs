@@ -6,6 +6,9 @@ use zookeeper_client::{Acl, Acls, Client, Connector, Permission};
 
 use crate::config::{ZkAuth, ZkSettings};
 
+/// The ZooKeeper release whose protocol podsweep speaks: 3.4, the oldest Kyuubi uses.
+pub(super) const ZK_PROTOCOL: (u32, u32, u32) = (3, 4, 0);
+
 /// Kyuubi's secure ACL: anyone may read, the creator's authenticated identities may do anything.
 static SECURE_ACLS: [Acl; 2] = [
     Acl::new_const(Permission::READ, "world", "anyone"),
@@ -27,8 +30,16 @@ pub(super) fn node_acls(auth: &ZkAuth) -> Acls<'static> {
 /// (whatever the auth type, as Kyuubi does), and SASL/GSSAPI for `KERBEROS`.
 ///
 /// Auth packets are sent again on every connection of the session, so reconnects keep them.
+///
+/// The session speaks the protocol of ZooKeeper 3.4 ([`ZK_PROTOCOL`]), which every server since
+/// understands: Kyuubi's own ZooKeeper is 3.4 (its default build relocates ZooKeeper 3.4.14, its
+/// `EmbeddedZookeeper` among it), and a 3.4 server answers a 3.5 `create2` with "unimplemented
+/// operation", so no latch could be created there. podsweep needs nothing newer: its latch nodes
+/// are plain ephemeral sequential nodes and it never reads the `Stat` of a create.
 pub(super) fn connector(s: &ZkSettings) -> Connector {
+    let (major, minor, patch) = ZK_PROTOCOL;
     let mut connector = Client::connector()
+        .with_server_version(major, minor, patch)
         .with_session_timeout(s.session_timeout)
         .with_connection_timeout(s.connection_timeout)
         .with_fail_eagerly();

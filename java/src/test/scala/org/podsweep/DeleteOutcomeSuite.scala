@@ -122,7 +122,7 @@ class DeleteOutcomeSuite extends AnyFunSuite with KubeAndZk with Eventually {
     val ns = unique("e-unreachable")
     val conf = kyuubiConf("server-e", unique("ha-e"), extra = Map(
       s"kyuubi.kubernetes.$ctx.master.address" -> s"http://127.0.0.1:$port",
-      "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter" -> "PT3S"))
+      "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.health.alertAfter" -> "PT3S"))
     val sweeper = PodSweeper.create(toJava(conf), "server-e:10009")
     try {
       observeTerminated(sweeper, ctx, ns, "unreachable")

@@ -183,7 +183,7 @@ object FleetScenarios {
    * timeout), and drops every open watch between windows. Then it recovers. Safety: 0 leaked after
    * recovery, 0 wrongful, a pod deleted twice only after a request of it timed out (one per pod in
    * flight), and the logs summarise per scope: at most one WARN/ERROR line per failure class per
-   * server per summary interval (`forbidden.summaryInterval`, here PT5S).
+   * server per summary interval (`failures.summaryInterval`, here PT5S).
    */
   def apiStorm(smoke: Boolean): Seq[Outcome] = apiStormFake(smoke) ++ apiStormReal(smoke)
 
@@ -209,7 +209,7 @@ object FleetScenarios {
       val summaryS = 5
       val conf = ha.kyuubiConf ++ Map(
         "kyuubi.ha.namespace" -> s"chaos-storm-$backend",
-        P + "forbidden.summaryInterval" -> s"PT${summaryS}S",
+        P + "failures.summaryInterval" -> s"PT${summaryS}S",
         P + "forbidden.retryInterval" -> "PT2S",
         P + "retry.maxWait" -> "PT2S",
         // The storm must not look like a leader that cannot delete: no step-down during it.
@@ -296,7 +296,7 @@ object FleetScenarios {
     val summaryS = 5
     val conf = ha.kyuubiConf ++ Map(
       "kyuubi.ha.namespace" -> "chaos-storm-real",
-      P + "forbidden.summaryInterval" -> s"PT${summaryS}S",
+      P + "failures.summaryInterval" -> s"PT${summaryS}S",
       P + "forbidden.retryInterval" -> "PT2S",
       P + "retry.maxWait" -> "PT2S",
       P + "ha.stepDownAfter" -> "PT10M")

@@ -101,7 +101,7 @@ object FuzzProbe {
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.dryRun",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.retry.maxWait",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.retryInterval",
-    "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.leaderlessAlertAfter",
+    "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.health.alertAfter",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded",

@@ -40,6 +40,9 @@ class KyuubiConfEntriesSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private def text(n: JsonNode): String = if (n == null || n.isNull) null else n.asText()
 
+  private def strings(n: JsonNode): Seq[String] =
+    if (n == null || n.isNull) Nil else n.elements().asScala.map(_.asText()).toVector
+
   test("the patched jar registers exactly the key table's keys, with the table's default, type, doc and version") {
     KyuubiHome.patchedMissing.foreach(why => cancel(why))
     val stock = new KyuubiServer("conf-stock", KyuubiHome.Stock, conf("conf-stock"), logDir)
@@ -59,8 +62,9 @@ class KyuubiConfEntriesSuite extends AnyFunSuite with BeforeAndAfterAll {
         assert(text(row.get("default")) == Option(text(want.get("default"))).getOrElse("<undefined>"), k)
         assert(text(row.get("type")) == text(want.get("type")), k)
         assert(text(row.get("doc")) == text(want.get("doc")), k)
-        // Kyuubi's form: the release the patch targets (the table's `since` is podsweep's).
-        assert(text(row.get("version")) == "1.12.0", k)
+        // Kyuubi's form: the release the patch targets.
+        assert(text(row.get("version")) == text(want.get("kyuubi_version")), k)
+        assert(strings(row.get("alternatives")) == strings(want.get("alternatives")), k)
       }
       // What Kyuubi's generated settings.md shows for them (Key | Default | Meaning | Type | Since).
       info(added.toSeq.sorted.map { k =>
@@ -93,7 +97,18 @@ class KyuubiConfEntriesSuite extends AnyFunSuite with BeforeAndAfterAll {
           checked += 1
         }
       }
-      info(s"$checked values checked against Kyuubi's entries")
+      // A renamed key's earlier names are read by Kyuubi's entry when the key is absent.
+      var renamed = 0
+      table.toSeq.sortBy(_._1).foreach { case (k, row) =>
+        val good = (row.get("valid").elements().asScala.map(_.asText()).toSeq ++ Option(text(row.get("default")))).head
+        strings(row.get("alternatives")).foreach { old =>
+          val answer = patched.checkAs(k, old, good)
+          assert(answer == patched.check(k, good) && answer.startsWith("ok"), s"$k set as $old = $good: $answer")
+          renamed += 1
+        }
+      }
+      assert(renamed >= 2, s"$renamed deprecated names")
+      info(s"$checked values checked against Kyuubi's entries, $renamed deprecated names read through withAlternative")
     } finally patched.close()
   }
 

@@ -68,7 +68,7 @@ class ForbiddenLeaderSuite extends AnyFunSuite {
       "kyuubi.ha.namespace" -> "kyuubi-realapi-forbidden",
       P + "ha.stepDownAfter" -> "PT10S",
       P + "forbidden.retryInterval" -> "PT2S",
-      P + "forbidden.summaryInterval" -> "PT5S")
+      P + "failures.summaryInterval" -> "PT5S")
     val servers = scala.collection.mutable.ArrayBuffer.empty[KyuubiServer]
     try {
       val readonly = new KyuubiServer("readonly-1", KyuubiHome.Patched,

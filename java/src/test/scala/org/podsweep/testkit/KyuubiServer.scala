@@ -209,6 +209,9 @@ final class KyuubiServer(
   /** Kyuubi's registered entry of `key` reading `value`: `ok <value>` or `error <message>`. */
   def check(key: String, value: String): String = ask(s"check $key $value", "CHECK")
 
+  /** The registered entry of `key` reading `value` set under `setKey` (one of its alternatives). */
+  def checkAs(key: String, setKey: String, value: String): String = ask(s"check-as $key $setKey $value", "CHECK")
+
   /** A batch `tag` in state CANCELED in the server's metadata store (see KyuubiProcess). */
   def cancelBatch(tag: String): Unit = ask(s"cancel-batch $tag", "CANCELED")
 

@@ -45,9 +45,11 @@ import org.apache.kyuubi.session.SessionType
  *    configuration objects Kyuubi's `AllKyuubiConfiguration` loads are loaded (and, in a
  *    patched jar, `org.apache.kyuubi.engine.PodsweepConf`, which the patched generator loads
  *    too), not internal, whose key starts with the prefix: key, default, doc, type and version,
- *    the fields of a row of Kyuubi's generated `docs/configuration/settings.md`;
+ *    the fields of a row of Kyuubi's generated `docs/configuration/settings.md`, and the
+ *    entry's alternatives (earlier names read when the key is absent);
  *  - `check <key> <value>` -> `CHECK ok <value read>` or `CHECK error <message>`: the registered
- *    entry of `key` reading `value` (Kyuubi's type conversion and checks);
+ *    entry of `key` reading `value` (Kyuubi's type conversion and checks); `check-as <key>
+ *    <set key> <value>` the same with the value set under another name (an alternative of `key`);
  *  - `cancel-batch <tag>` -> `CANCELED <tag>`: a batch with that identifier and state CANCELED in
  *    the metadata store (when started with `podsweep.driver.metadataStore=true`: a
  *    `MetadataManager` on `kyuubi.metadata.store.jdbc.url` is then handed to `initialize`);
@@ -115,6 +117,8 @@ object KyuubiProcess {
           out.println("SETTINGS " + settings(prefix))
         case "check" :: key :: value :: Nil =>
           out.println("CHECK " + check(key, value))
+        case "check-as" :: key :: setKey :: value :: Nil =>
+          out.println("CHECK " + check(key, value, setKey))
         case "cancel-batch" :: tag :: Nil =>
           out.println("CANCELED " + cancelBatch(tag))
         case "jmx" :: domain :: Nil =>
@@ -198,18 +202,22 @@ object KyuubiProcess {
     all.asScala.toSeq.filter(e => !e.internal && e.key.startsWith(prefix))
       .sortBy(_.key).map { e =>
         s"""{"key": ${json(e.key)}, "default": ${json(e.defaultValStr)}, "doc": ${json(e.doc)}, """ +
-          s""""type": ${json(e.typ)}, "version": ${json(e.version)}}"""
+          s""""type": ${json(e.typ)}, "version": ${json(e.version)}, """ +
+          s""""alternatives": ${e.alternatives.map(json).mkString("[", ", ", "]")}}"""
       }.mkString("[", ", ", "]")
   }
 
-  /** The registered entry of `key` reading `value`: `ok <value>` or `error <message>`. */
-  private def check(key: String, value: String): String = {
+  /**
+   * The registered entry of `key` reading `value` set under `setKey` (`key` itself, or one of its
+   * alternatives): `ok <value>` or `error <message>`.
+   */
+  private def check(key: String, value: String, setKey: String = null): String = {
     loadConfObjects()
     val entry = KyuubiConf.getClass.getMethod("getConfigEntry", classOf[String]).invoke(KyuubiConf, key)
     Option(entry.asInstanceOf[ConfigEntry[_]]) match {
       case None => "error no entry " + key
       case Some(entry) =>
-        try "ok " + String.valueOf(new KyuubiConf(false).set(key, value).get(entry))
+        try "ok " + String.valueOf(new KyuubiConf(false).set(Option(setKey).getOrElse(key), value).get(entry))
         catch { case e: Exception => "error " + String.valueOf(e.getMessage).replace('\n', ' ') }
     }
   }
