@@ -288,6 +288,21 @@ pub static KEYS: &[KeyDoc] = &[
         internal: false,
     },
     KeyDoc {
+        key: keys::STATUS_LOG_INTERVAL,
+        const_name: "STATUS_LOG_INTERVAL",
+        typ: KeyType::Duration,
+        default: Some("PT10M"),
+        fallback: None,
+        check: Check::PositiveDuration,
+        doc: "How often each server logs the status of every Kubernetes context and namespace \
+              it serves, one INFO line each (leader, health, pauses with cause and end, due \
+              pods and retries, the last failure), under the logger org.podsweep.status; the \
+              same status is the JMX MBean org.podsweep:type=PodSweeper.",
+        since: "0.1.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
         key: keys::HA_EMBEDDED,
         const_name: "HA_EMBEDDED",
         typ: KeyType::Boolean,
@@ -638,8 +653,9 @@ mod tests {
     /// What a key means to the engine, for comparing a default with the unset key.
     fn meaning(s: &Settings) -> String {
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?}",
             s.tuning,
+            s.status_log_interval,
             s.leaderless_alert,
             s.step_down_after,
             s.idle_release,

@@ -36,6 +36,7 @@
 mod backoff;
 mod driver;
 pub mod etcd;
+pub mod inspect;
 pub mod local;
 pub mod zookeeper;
 
