@@ -237,6 +237,7 @@ class Fleet:
         self.env, self.kube, self.work = env, kube, work
         self.image = f"localhost/podsweep:{env['VERSION']}"
         self.ids = {}
+        self.cleaned = []
         sa_dir = os.path.join(work, "serviceaccount")
         os.makedirs(sa_dir, exist_ok=True)
         with open(os.path.join(sa_dir, "token"), "w") as f:
@@ -320,10 +321,11 @@ def rollout(env, kube, fleet):
     for i, name in enumerate(("podsweep-0", "podsweep-1")):
         fleet.start(name, env["PORTS"][i], [P + "dryRun=true"])
     leader = wait("one leader", 60, lambda: leader_of(fleet))
-    dry = wait("a dry-run DELETE per pod", 60,
-               lambda: (lambda d: d if len({r["name"] for r in d if r["dry_run"]} & set(names)) == len(names) else None)(
-                   kube.pod_deletes(SPARK)))
-    time.sleep(0)  # the audit log is written before the answer (blocking mode): no wait needed
+    def dry_runs():
+        d = [r for r in kube.pod_deletes(SPARK) if r["dry_run"] and r["name"] in names]
+        return d if {r["name"] for r in d} == set(names) else None
+    dry = wait("a dry-run DELETE per pod", 60, dry_runs)
+    # The audit log is written before each answer (blocking mode): what it holds now is complete.
     real = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"]]
     would = fleet.logs(leader).count("Would delete")
     follower = next(n for n in fleet.ids if n != leader)
@@ -342,8 +344,7 @@ def rollout(env, kube, fleet):
         check(code == "0", f"{name} stopped by SIGTERM, exit {code}")
         fleet.start(name, env["PORTS"][i])
     wait("every driver pod deleted", 60, lambda: not any(exists(kube, n) for n in names))
-    time.sleep(2)  # a second DELETE would come within the retain period: look for one
-    real = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"]]
+    real = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"] and r["name"] in names]
     per_pod = {n: sum(1 for r in real if r["name"] == n) for n in names}
     decoys = [n for n in ("dry-running", "dry-no-selector") if not exists(kube, n)]
     check(all(c == 1 for c in per_pod.values()) and all(r["code"] == 200 for r in real) and not decoys
@@ -353,6 +354,7 @@ def rollout(env, kube, fleet):
     figures["on"] = {"pods": len(names), "deletes": len(real), "per_pod_max": max(per_pod.values())}
     leader = wait("one leader", 60, lambda: leader_of(fleet))
     port = fleet.ids[leader][1]
+    fleet.cleaned = names
     for path, want in (("/livez", "ok\n"), ("/healthz", "ok\n")):
         code, body = http(port, path)
         check(code == 200 and body.startswith(want.strip()), f"probe {path}: {code} {body.strip()[:40]}")
@@ -380,7 +382,11 @@ def emergency_stop(env, kube, fleet, zk):
     ok("resumed: the Role with delete applied again, the held pods deleted at their next retry (forbidden.retryInterval)")
 
 
-def status_and_uninstall(fleet):
+def status_and_uninstall(kube, fleet):
+    # Much later (the emergency stop came between): still one DELETE per pod of the rollout.
+    later = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"] and r["name"] in fleet.cleaned]
+    check(len(later) == len(fleet.cleaned), f"after the emergency stop too: {len(later)} DELETEs for the "
+          f"{len(fleet.cleaned)} pods of the rollout, no second one")
     r = fleet.cli("status")
     print(r.stdout, flush=True)
     figures["podsweep_status"] = r.stdout
@@ -418,9 +424,11 @@ def main():
         fleet = Fleet(env, kube, conf, work)
         rollout(env, kube, fleet)
         emergency_stop(env, kube, fleet, zk)
-        status_and_uninstall(fleet)
+        status_and_uninstall(kube, fleet)
     except Exception as e:  # a step that cannot run fails the test
         bad(f"{type(e).__name__}: {e}")
+        for name in list(fleet.ids) if fleet else []:
+            print(f"---- the last lines of {name}'s log:\n" + "\n".join(fleet.logs(name).splitlines()[-15:]), flush=True)
     finally:
         if fleet:
             fleet.close()

@@ -9,6 +9,7 @@ IMAGE_NAME="localhost/podsweep"
 IMAGE_USER="65532:65532"
 
 # arch (x86_64|aarch64) -> the OCI architecture name and the ELF machine readelf prints.
+grouped() { python3 -c 'import sys; print(f"{int(sys.argv[1]):,}")' "$1"; }
 oci_arch() { case "$1" in x86_64) echo amd64 ;; aarch64) echo arm64 ;; esac; }
 elf_machine() { case "$1" in x86_64) echo "Advanced Micro Devices X86-64" ;; aarch64) echo "AArch64" ;; esac; }
 
@@ -34,7 +35,7 @@ image() {
     local hdr; hdr="$(readelf -lh "$bin" 2>&1)"
     if grep -q "Machine: *$(elf_machine "$a")\$" <<<"$hdr" && ! grep -q "INTERP" <<<"$hdr" \
       && ! readelf -d "$bin" 2>/dev/null | grep -q NEEDED; then
-      ok "$a binary: static ELF ($(elf_machine "$a")), no interpreter, no shared library, $(stat -c %s "$bin" | numfmt --grouping) B"
+      ok "$a binary: static ELF ($(elf_machine "$a")), no interpreter, no shared library, $(grouped "$(stat -c %s "$bin")") B"
     else bad "$a binary: not a static $(elf_machine "$a") executable"; fi
     mkdir -p "$root/etc/ssl/certs" "$root/opt/podsweep/jars"
     install -m 0755 "$bin" "$root/podsweep"
@@ -49,12 +50,16 @@ image() {
       && ok "aarch64 binary runs under qemu-aarch64-static: $out" || bad "aarch64 binary --version: $out"
   fi
 
-  local ref="$IMAGE_NAME:$version"
-  podman_ manifest rm "$ref" >/dev/null 2>&1 || podman_ rmi -f "$ref" >/dev/null 2>&1 || true
-  podman_ manifest create "$ref" >/dev/null
+  # Each architecture's image is tagged <ref>-<arch>; the manifest list with both exists only
+  # while it is written to the archive (podman 4.3's `podman images` cannot list a list built
+  # locally), and <ref> is then this machine's architecture's image.
+  local ref="$IMAGE_NAME:$version" list="$IMAGE_NAME-list:$version"
+  podman_ manifest rm "$list" >/dev/null 2>&1 || true
+  podman_ rmi -f "$ref" "$ref-amd64" "$ref-arm64" >/dev/null 2>&1 || true
+  podman_ manifest create "$list" >/dev/null
   for a in x86_64 aarch64; do
-    log "podman build --platform linux/$(oci_arch "$a") --manifest $ref"
-    if podman_ build -q --platform "linux/$(oci_arch "$a")" --manifest "$ref" \
+    log "podman build --platform linux/$(oci_arch "$a") --manifest $list -t $ref-$(oci_arch "$a")"
+    if podman_ build -q --layers=false --platform "linux/$(oci_arch "$a")" --manifest "$list" -t "$ref-$(oci_arch "$a")" \
       --label "org.opencontainers.image.version=$version" --label "org.opencontainers.image.revision=$commit" \
       --label "org.opencontainers.image.licenses=Apache-2.0" --label "org.opencontainers.image.title=podsweep" \
       --timestamp 0 -f "$ctx/Containerfile" "$ctx" >/dev/null; then
@@ -63,9 +68,11 @@ image() {
   done
   local archive="$REL/podsweep-$version-image.oci.tar"
   rm -f "$archive"
-  if podman_ manifest push --all --format oci "$ref" "oci-archive:$archive" >/dev/null 2>&1; then
-    ok "saved $(basename "$archive") ($(stat -c %s "$archive" | numfmt --grouping) B)"
+  if podman_ manifest push --all --format oci "$list" "oci-archive:$archive" >/dev/null 2>&1; then
+    ok "saved $(basename "$archive") ($(grouped "$(stat -c %s "$archive")") B)"
   else bad "podman manifest push --all oci-archive:$archive"; fi
+  podman_ manifest rm "$list" >/dev/null
+  podman_ tag "$ref-$(oci_arch "$(uname -m)")" "$ref"
   sbom "$target" "$jar" "$dropin"
   local line
   line="$(python3 - "$archive" "$version" "$IMAGE_USER" <<'PY'
@@ -111,7 +118,7 @@ PY
 )"
   case "$line" in ok\ *) ok "image index: ${line#ok }" ;; *) bad "image index: ${line#FAIL }" ;; esac
   # A run as Kubernetes' restricted profile runs it: read-only root, no capability, no privilege
-  # escalation, no network; podman picks this machine's architecture from the list.
+  # escalation, no network.
   out="$(podman_ run --rm --read-only --cap-drop=all --security-opt=no-new-privileges --network=none "$ref" --version 2>&1)" \
     && [ "$out" = "podsweep $version" ] && ok "podman run --read-only --cap-drop=all $ref --version: $out" \
     || bad "podman run $ref --version: $out"

@@ -145,7 +145,9 @@ class Kube:
                     or ref.get("namespace") != namespace or e.get("stage") != "ResponseComplete":
                 continue
             rows.append({"name": ref.get("name"), "code": (e.get("responseStatus") or {}).get("code"),
-                         "dry_run": "dryRun=All" in e.get("requestURI", ""),
+                         # kube-rs sends dryRun in the body (the DELETE is audited at Request level).
+                         "dry_run": "dryRun=All" in e.get("requestURI", "")
+                         or "All" in ((e.get("requestObject") or {}).get("dryRun") or []),
                          "user": (e.get("user") or {}).get("username")})
         return rows
 
