@@ -62,7 +62,7 @@ pub struct Args {
     /// This server's id in the elections [default: the host name].
     #[arg(long, value_name = "ID")]
     pub server_id: Option<String>,
-    /// Address of the HTTP endpoints (/healthz, /metrics, /status).
+    /// Address of the HTTP endpoints (/healthz, /livez, /metrics, /status).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:10029")]
     pub listen: String,
     /// Log level when RUST_LOG is not set (error, warn, info, debug, trace).
