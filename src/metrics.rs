@@ -57,6 +57,8 @@ pub struct ScopeMetrics {
     lag_buckets: [AtomicU64; LAG_BUCKETS + 1],
     lag_sum_ms: AtomicU64,
     lag_max_ms: AtomicU64,
+    /// The last DELETE that failed: when (epoch ms), its outcome class, and the pod with the answer.
+    last_failure: Mutex<Option<(u64, &'static str, String)>>,
 }
 
 const LAG_BUCKETS: usize = 14;
@@ -192,6 +194,12 @@ impl ScopeMetrics {
         None
     }
 
+    /// Records a DELETE that failed (it is retried): its class and `what` (pod and answer).
+    pub fn failed(&self, class: OutcomeClass, what: String) {
+        let mut last = self.last_failure.lock().unwrap_or_else(|p| p.into_inner());
+        *last = Some((epoch_ms(), class.as_str(), what));
+    }
+
     pub fn outcome_count(&self, class: OutcomeClass) -> u64 {
         self.outcomes[class.index()].load(Relaxed)
     }
@@ -254,6 +262,14 @@ impl ScopeMetrics {
                 since => epoch_ms().saturating_sub(since),
             },
             "outcomes": outcomes,
+            "last_failure": match &*self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some((at_ms, class, what)) => serde_json::json!({
+                    "at_ms": at_ms,
+                    "outcome": class,
+                    "detail": what,
+                }),
+                None => serde_json::Value::Null,
+            },
         });
         self.pauses.add_to(&mut v, |k| self.pause_unhealthy(k));
         v

@@ -38,6 +38,18 @@ impl Scope {
         out
     }
 
+    /// The scope an [`Scope::encoded`] segment names, or `None` when `segment` is not one
+    /// (e.g. a node an operator created by hand).
+    pub fn decode(segment: &str) -> Option<Scope> {
+        let rest = segment.strip_prefix('c')?;
+        // `.` never appears raw inside a part, so the first `.n` ends the context.
+        let (context, namespace) = rest.split_once(".n")?;
+        Some(Scope {
+            context: decode_part(context)?,
+            namespace: decode_part(namespace)?,
+        })
+    }
+
     fn len_hint(&self) -> usize {
         self.context.as_ref().map_or(0, String::len)
             + self.namespace.as_ref().map_or(0, String::len)
@@ -58,6 +70,31 @@ fn encode_part(out: &mut String, part: Option<&str>) {
             }
         }
     }
+}
+
+/// One part of [`Scope::encoded`]: `_` (absent) or `=` and the percent-encoded bytes.
+fn decode_part(part: &str) -> Option<Option<String>> {
+    if part == "_" {
+        return Some(None);
+    }
+    let body = part.strip_prefix('=')?.as_bytes();
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(body.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b if b.is_ascii_alphanumeric() || b == b'-' => {
+                out.push(b);
+                i += 1;
+            }
+            _ => return None,
+        }
+    }
+    String::from_utf8(out).ok().map(Some)
 }
 
 impl fmt::Display for Scope {
@@ -102,6 +139,12 @@ mod tests {
             assert!(e != "." && e != "..");
             assert!(e.is_ascii());
             assert!(seen.insert(e.clone()), "collision on {e}");
+            assert_eq!(Scope::decode(&e).as_ref(), Some(s), "{e} decodes back");
+        }
+        for not_a_scope in [
+            "", "latch-", "c", "c=a", "c=a.x_", "c=a b.n_", "c%zz.n_", "c=%4.n_",
+        ] {
+            assert_eq!(Scope::decode(not_a_scope), None, "{not_a_scope}");
         }
         assert_eq!(Scope::new(None, None).encoded(), "c_.n_");
         assert_eq!(

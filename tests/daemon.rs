@@ -417,6 +417,8 @@ async fn a_daemon_whose_api_server_is_unreachable_is_unhealthy_with_the_reason()
     };
     println!("/healthz {code} after {:?}: {body}", t0.elapsed());
     assert_eq!(code, 503, "{body}");
+    // The liveness probe is another condition: the process answers, so it is not restarted.
+    assert_eq!(get(&d.url, "/livez").await, (200, "ok\n".to_owned()));
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let reasons = v["reasons"].to_string();
     assert!(reasons.contains("cannot list"), "{reasons}");

@@ -101,6 +101,9 @@ pub mod keys {
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle";
     pub const STEP_DOWN_AFTER: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter";
+    /// How often every scope's status is logged (the Java API's status logger, the daemon).
+    pub const STATUS_LOG_INTERVAL: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.status.logInterval";
     /// Self-watch mode: podsweep watches the driver pods itself (drop-in provider, daemon).
     pub const WATCH_ENABLED: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.enabled";
@@ -183,6 +186,8 @@ pub struct Settings {
     /// A scope with nothing tracked for this long (and never less than the tombstone lifetime)
     /// releases its election and Kubernetes client until its next event.
     pub idle_release: Duration,
+    /// How often every scope's status is logged, one line per scope.
+    pub status_log_interval: Duration,
     /// How DELETEs are paced and retried.
     pub tuning: Tuning,
     /// Self-watch mode (`watch.enabled`): the scopes to watch and Kyuubi's state mapping.
@@ -273,6 +278,10 @@ impl Settings {
             None => Duration::from_secs(120),
             Some(v) => positive_time(keys::STEP_DOWN_AFTER, v)?,
         };
+        let status_log_interval = match get(keys::STATUS_LOG_INTERVAL) {
+            None => DEFAULT_STATUS_LOG_INTERVAL,
+            Some(v) => positive_time(keys::STATUS_LOG_INTERVAL, v)?,
+        };
 
         let retention = self::retention::parse_retention(&get, retain)?;
         let events_qps = self::retention::parse_events(&get)?;
@@ -290,6 +299,7 @@ impl Settings {
             leaderless_alert,
             step_down_after,
             idle_release,
+            status_log_interval,
             tuning: parse_tuning(&get)?,
             watch,
             raw: raw.clone(),
@@ -327,6 +337,9 @@ pub fn deprecated_in_use(raw: &HashMap<String, String>) -> Vec<(&'static str, &'
         .filter(|(old, key)| set(old) && !set(key))
         .collect()
 }
+
+/// The default of [`keys::STATUS_LOG_INTERVAL`].
+pub const DEFAULT_STATUS_LOG_INTERVAL: Duration = Duration::from_secs(600);
 
 /// A cleanup kind (Kyuubi's enum names, any case).
 fn parse_kind(key: &str, v: &str) -> Result<CleanupKind, ConfigError> {

@@ -370,6 +370,21 @@ pub static KEYS: &[KeyDoc] = &[
         internal: false,
     },
     KeyDoc {
+        key: keys::STATUS_LOG_INTERVAL,
+        const_name: "STATUS_LOG_INTERVAL",
+        typ: KeyType::Duration,
+        default: Some("PT10M"),
+        fallback: None,
+        check: Check::PositiveDuration,
+        doc: "How often each server logs the status of every Kubernetes context and namespace \
+              it serves, one INFO line each (leader, health, pauses with cause and end, due \
+              pods and retries, the last failure), under the logger org.podsweep.status; the \
+              same status is the JMX MBean org.podsweep:type=PodSweeper.",
+        since: "0.1.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
         key: keys::EVENTS_ENABLED,
         const_name: "EVENTS_ENABLED",
         typ: KeyType::Boolean,
@@ -856,11 +871,12 @@ mod tests {
     /// What a key means to the engine, for comparing a default with the unset key.
     fn meaning(s: &Settings) -> String {
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
             s.retention,
             s.events_qps,
             s.scope_watch,
             s.tuning,
+            s.status_log_interval,
             s.leaderless_alert,
             s.step_down_after,
             s.idle_release,

@@ -58,6 +58,14 @@ pub fn apply_overrides(
 
 /// The daemon's configuration: the file, the overrides, and self-watch mode forced on.
 pub fn load(path: &Path, overrides: &[String]) -> Result<HashMap<String, String>, ConfError> {
+    let mut conf = read_file(path, overrides)?;
+    conf.insert(keys::WATCH_ENABLED.to_owned(), "true".to_owned());
+    Ok(conf)
+}
+
+/// The file and the overrides, as they are (the operator's verbs read the HA keys of any
+/// server's file: a patched Kyuubi's, a drop-in's or a daemon's).
+pub fn read_file(path: &Path, overrides: &[String]) -> Result<HashMap<String, String>, ConfError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|e| ConfError::File {
         path: shown.clone(),
@@ -65,7 +73,6 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<HashMap<String, String>
     })?;
     let mut conf = read_properties(std::io::BufReader::new(file), &shown)?;
     apply_overrides(&mut conf, overrides)?;
-    conf.insert(keys::WATCH_ENABLED.to_owned(), "true".to_owned());
     Ok(conf)
 }
 

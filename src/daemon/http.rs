@@ -1,5 +1,9 @@
-//! The daemon's HTTP endpoints: `GET /healthz`, `GET /metrics` (Prometheus text, or OpenMetrics
-//! when the `Accept` header asks for it), `GET /status`.
+//! The daemon's HTTP endpoints: `GET /healthz`, `GET /livez`, `GET /metrics` (Prometheus text,
+//! or OpenMetrics when the `Accept` header asks for it), `GET /status`.
+//!
+//! `/livez` (the liveness probe) answers `ok` whenever the process serves HTTP, whatever the
+//! scopes' health: restarting a daemon cannot fix an HA backend or API server outage.
+//! `/healthz` (the readiness probe) answers 200 only while every scope is healthy.
 //!
 //! # Guarantees
 //! * At most [`MAX_CONNECTIONS`] connections are open at once, and a new one is always served:
@@ -126,6 +130,9 @@ pub fn answer(engine: &Engine, req: &Request<Incoming>) -> Response<Full<Bytes>>
             r#"{"error":"only GET is served"}"#.into(),
         );
     }
+    if req.uri().path() == "/livez" {
+        return reply(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into());
+    }
     let status = engine.status_all_json();
     // The scopes this daemon serves, then the configured ones the allow lists refused.
     let scopes = || -> Vec<serde_json::Value> {
@@ -176,7 +183,7 @@ pub fn answer(engine: &Engine, req: &Request<Incoming>) -> Response<Full<Bytes>>
         _ => reply(
             StatusCode::NOT_FOUND,
             JSON,
-            r#"{"error":"not found: GET /healthz, /metrics or /status"}"#.into(),
+            r#"{"error":"not found: GET /healthz, /livez, /metrics or /status"}"#.into(),
         ),
     }
 }

@@ -11,6 +11,7 @@
 pub mod conf;
 pub mod exposition;
 pub mod http;
+pub mod ops;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -38,8 +39,16 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// daemon: one cleanup leader per (context, namespace), elected through Kyuubi's HA backend,
 /// watches the driver pods and deletes the terminated ones after the retain period.
 #[derive(Debug, Parser)]
-#[command(name = "podsweep", version)]
+#[command(
+    name = "podsweep",
+    version,
+    subcommand_negates_reqs = true,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Args {
+    /// An operator's verb instead of the daemon (status, uninstall, copy-jars).
+    #[command(subcommand)]
+    pub command: Option<ops::Command>,
     /// Kyuubi's configuration file (kyuubi-defaults.conf).
     #[arg(long, value_name = "FILE", required_unless_present = "list_keys")]
     pub config: Option<PathBuf>,
@@ -53,7 +62,7 @@ pub struct Args {
     /// This server's id in the elections [default: the host name].
     #[arg(long, value_name = "ID")]
     pub server_id: Option<String>,
-    /// Address of the HTTP endpoints (/healthz, /metrics, /status).
+    /// Address of the HTTP endpoints (/healthz, /livez, /metrics, /status).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:10029")]
     pub listen: String,
     /// Log level when RUST_LOG is not set (error, warn, info, debug, trace).
@@ -62,7 +71,10 @@ pub struct Args {
 }
 
 /// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
-pub fn run(args: Args) -> u8 {
+pub fn run(mut args: Args) -> u8 {
+    if let Some(command) = args.command.take() {
+        return ops::run(command);
+    }
     if let Some(format) = &args.list_keys {
         let text = match format.as_str() {
             "json" => crate::config::table::json() + "\n",
@@ -215,6 +227,7 @@ async fn serve(settings: Settings, server_id: String, args: Args) -> u8 {
     };
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(http::serve(listener, engine.clone(), shutdown.clone()));
+    tokio::spawn(status_lines(engine.clone(), shutdown.clone()));
     println!("podsweep listening on http://{addr}");
     let _ = std::io::stdout().flush();
     let signal = tokio::select! {
@@ -227,6 +240,63 @@ async fn serve(settings: Settings, server_id: String, args: Args) -> u8 {
     let _ = server.await;
     info!("podsweep stopped");
     0
+}
+
+/// One INFO line per scope every `status.logInterval` (target `podsweep::status`), as the Java
+/// API's status logger writes them into Kyuubi's log.
+async fn status_lines(engine: Arc<Engine>, shutdown: CancellationToken) {
+    let every = engine.settings().status_log_interval;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let all: serde_json::Value =
+            serde_json::from_str(&engine.status_all_json()).unwrap_or_default();
+        for v in all.as_array().into_iter().flatten() {
+            info!(target: "podsweep::status", "{}", status_line(v));
+        }
+    }
+}
+
+/// A scope's status as one log line: the gist first, then the whole JSON.
+pub fn status_line(v: &serde_json::Value) -> String {
+    let text = |k: &str| v[k].as_str().unwrap_or("?").to_owned();
+    let num = |k: &str| v[k].as_u64().unwrap_or(0);
+    let health = if v["healthy"] == true {
+        "healthy".to_owned()
+    } else {
+        format!("unhealthy ({})", text("health_reason"))
+    };
+    let pause = if v["paused"] == true {
+        let until = match v["paused_until_ms"].as_i64() {
+            Some(ms) => format!(" until {}", crate::election::inspect::rfc3339(ms)),
+            None => String::new(),
+        };
+        format!("paused ({}){until}", text("pause_reason"))
+    } else {
+        "not paused".to_owned()
+    };
+    let failure = match v["last_failure"].as_object() {
+        Some(f) => format!(
+            "last failure {} at {}",
+            f.get("outcome").and_then(|o| o.as_str()).unwrap_or("?"),
+            crate::election::inspect::rfc3339(f.get("at_ms").and_then(|t| t.as_i64()).unwrap_or(0))
+        ),
+        None => "no failure".to_owned(),
+    };
+    format!(
+        "Status of scope {} on {}: {} for {}s, {health}, {pause}, tracked {}, due {}, in flight {}, \
+         retries {}, {failure}; status {v}",
+        text("scope"),
+        text("server_id"),
+        text("leadership"),
+        num("leadership_age_ms") / 1000,
+        num("tracked"),
+        num("due"),
+        num("inflight"),
+        num("retries"),
+    )
 }
 
 fn signals() -> std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)> {

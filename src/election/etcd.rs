@@ -54,6 +54,7 @@
 //!   leads again without losing its place.
 //! * The margin also absorbs clock rate differences; a much faster server clock can eat it.
 
+pub(crate) mod inspect;
 mod lease;
 
 use std::error::Error as _;
@@ -63,7 +64,7 @@ use std::time::Duration;
 
 use etcd_client::{
     Certificate, Client, ConnectOptions, Error as EtcdError, EventType, Identity, LeaderKey,
-    ResignOptions, TlsOptions, WatchOptions, WatchResponse,
+    PutOptions, ResignOptions, TlsOptions, WatchOptions, WatchResponse,
 };
 use futures::future::BoxFuture;
 use tokio::sync::watch;
@@ -127,6 +128,19 @@ impl EtcdBackend {
 
 fn election_name(settings: &EtcdSettings, scope: &Scope) -> String {
     format!("{}/{}", settings.root(), scope.encoded())
+}
+
+/// The key where the leader of `scope` says who it is and since when:
+/// `/<namespace>-podsweep/leaders/<encoded scope>`.
+fn leader_record(settings: &EtcdSettings, scope: &Scope) -> String {
+    format!("{}/{}", leaders_root(settings), scope.encoded())
+}
+
+fn leaders_root(settings: &EtcdSettings) -> String {
+    format!(
+        "{}/leaders",
+        crate::election::inspect::podsweep_root(&settings.namespace)
+    )
 }
 
 impl Backend for EtcdBackend {
@@ -268,6 +282,7 @@ impl Session for EtcdSession {
     ) -> BoxFuture<'static, Result<Box<dyn Seat>, String>> {
         let (mut election, kv) = (self.client.election_client(), self.client.kv_client());
         let (name, value, lease) = (self.election(scope), identity.to_owned(), self.lease);
+        let (record, identity) = (leader_record(&self.settings, scope), identity.to_owned());
         let client = self.client.clone();
         Box::pin(async move {
             let won = election.campaign(name.as_str(), value, lease).await;
@@ -286,7 +301,10 @@ impl Session for EtcdSession {
             // A key deleted or re-created meanwhile (lease expiry, or the server resigning a
             // cancelled earlier campaign of ours) is not leadership: campaign again.
             match seat.check().await {
-                Ok(()) => Ok(Box::new(seat) as Box<dyn Seat>),
+                Ok(()) => {
+                    seat.stamp(&record, &identity).await;
+                    Ok(Box::new(seat) as Box<dyn Seat>)
+                }
                 Err(Fault::Lost(e) | Fault::Retry(e)) => Err(e),
             }
         })
@@ -435,6 +453,29 @@ impl EtcdSeat {
                 None => Err(Fault::Lost(format!("leader key {shown} vanished"))),
             }
         })
+    }
+}
+
+impl EtcdSeat {
+    /// Records who leads and since when at `record` (JSON: `server`, `key`, `since_ms`), on the
+    /// session's lease so that it goes with the server; `podsweep status` reads it, and trusts it
+    /// only while `key` is the election's leader key. Bounded; a failure costs only that record.
+    async fn stamp(&self, record: &str, identity: &str) {
+        let value = serde_json::json!({
+            "server": identity,
+            "key": String::from_utf8_lossy(self.key.key()),
+            "since_ms": crate::metrics::epoch_ms(),
+        })
+        .to_string();
+        let mut kv = self.kv.clone();
+        let put = kv.put(
+            record,
+            value,
+            Some(PutOptions::new().with_lease(self.lease)),
+        );
+        if let Err(e) = bounded(put).await {
+            warn!(key = %record, "Cannot record the start of this leadership in etcd: {e}");
+        }
     }
 }
 

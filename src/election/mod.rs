@@ -35,6 +35,7 @@
 
 mod driver;
 pub mod etcd;
+pub mod inspect;
 pub mod local;
 pub mod zookeeper;
 

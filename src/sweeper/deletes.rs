@@ -220,6 +220,8 @@ impl Sweeper {
             // The pause's detail quotes the answer, never a pod: it is logged once per pause.
             self.last_retry = outcome.to_string();
             self.failures.record(&uid, &rec.name(), &outcome);
+            self.metrics
+                .failed(outcome.class, format!("pod {}: {outcome}", rec.name()));
             self.schedule_retry(uid, &outcome);
         }
         // A slot is free: the next due pod may go.

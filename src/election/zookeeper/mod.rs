@@ -93,6 +93,7 @@ use crate::config::{ZkAuth, ZkSettings};
 use crate::scope::Scope;
 
 mod connect;
+pub(crate) mod inspect;
 
 use connect::{connector, log_settings, node_acls};
 
@@ -274,6 +275,7 @@ impl Session for ZkSession {
                 .await
                 .map_err(|e| format!("latch {dir} failed: {e}"))?
                 .into_owned();
+            stamp(&self.client, lock.lock_path(), &identity).await;
             let seat: Box<dyn Seat> = Box::new(ZkSeat {
                 client: self.client.clone(),
                 lease: self.client.session_timeout() * 2 / 3,
@@ -295,6 +297,20 @@ impl Session for ZkSession {
             drop(self);
         })
     }
+}
+
+/// Records since when this candidate leads: its latch node's data is set again to the same
+/// server id, so the node's modification time (ZooKeeper's clock) is the start of the term, which
+/// `podsweep status` reads. Bounded; a failure costs only that time (the status then shows when
+/// the candidate joined), never the seat.
+async fn stamp(client: &Client, path: &str, identity: &str) {
+    let set = client.set_data(path, identity.as_bytes(), None);
+    let failed = match timeout(RELEASE_TIMEOUT, set).await {
+        Ok(Ok(_)) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no reply within {RELEASE_TIMEOUT:?}"),
+    };
+    warn!(%path, "Cannot record the start of this leadership on the latch node: {failed}");
 }
 
 /// A heartbeat in flight: when it was sent, and the reply.

@@ -44,6 +44,8 @@ public final class PodSweeper implements AutoCloseable {
   private final ConcurrentHashMap<ScopeKey, Long> scopeIds = new ConcurrentHashMap<>();
   /** The scope of the last call: informers pass the same scope again and again. */
   private volatile ScopeKey lastScope;
+  /** The JMX MBean and the status log lines of this handle ({@link PodSweeperStatus}). */
+  private volatile PodSweeperStatus status;
 
   private PodSweeper(long handle, String serverId) {
     this.handle = handle;
@@ -107,7 +109,9 @@ public final class PodSweeper implements AutoCloseable {
     if (h == 0) {
       throw new PodsweepException("native create returned no handle");
     }
-    return new PodSweeper(h, serverId);
+    PodSweeper sweeper = new PodSweeper(h, serverId);
+    sweeper.status = PodSweeperStatus.start(sweeper, kyuubiConf);
+    return sweeper;
   }
 
   /**
@@ -224,7 +228,12 @@ public final class PodSweeper implements AutoCloseable {
     long stamp = lock.readLock();
     try {
       NativeBridge.confirmServerId(open(), serverId);
+      String before = this.serverId;
       this.serverId = serverId;
+      PodSweeperStatus s = status;
+      if (s != null && !serverId.equals(before)) {
+        s.renamed();
+      }
     } finally {
       lock.unlockRead(stamp);
     }
@@ -509,6 +518,16 @@ public final class PodSweeper implements AutoCloseable {
     }
   }
 
+  /**
+   * The name of this handle's JMX MBean ({@code org.podsweep:type=PodSweeper,server=...}): an
+   * attribute per scope with its status JSON, {@code StatusJson} with all of them, and the
+   * operation {@code logStatus}; {@code null} when the platform MBean server refused it.
+   */
+  public javax.management.ObjectName statusMBean() {
+    PodSweeperStatus s = status;
+    return s == null ? null : s.objectName();
+  }
+
   /** The server id given to {@link #create}, or the one confirmed since. */
   public String serverId() {
     return serverId;
@@ -547,6 +566,10 @@ public final class PodSweeper implements AutoCloseable {
       handle = 0;
     } finally {
       lock.unlockWrite(stamp);
+    }
+    PodSweeperStatus s = status;
+    if (s != null) {
+      s.stop();
     }
     NativeBridge.close(h);
   }

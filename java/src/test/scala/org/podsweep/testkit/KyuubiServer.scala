@@ -102,6 +102,8 @@ final case class KyuubiAppInfo(state: String, podName: Option[String], id: Optio
  * @param podsweepClassPath what stands for podsweep's jar on the server's class path (default:
  *             sbt's classes of the Java API, and the drop-in's for [[KyuubiHome.Dropin]]); `Nil`
  *             leaves the jar out, as an operator who forgot it would
+ * @param jvmOptions more options of the server's JVM (e.g. `-Dcom.sun.management.jmxremote.port`)
+ * @param log4jLines more lines of the server's log4j2 properties (e.g. a logger's level)
  */
 final class KyuubiServer(
     val name: String,
@@ -111,7 +113,9 @@ final class KyuubiServer(
     heapMb: Int = 256,
     mode: KyuubiHome.Mode = KyuubiHome.OperationOnly,
     nativePath: Option[String] = None,
-    podsweepClassPath: Option[Seq[File]] = None) extends FleetServer {
+    podsweepClassPath: Option[Seq[File]] = None,
+    jvmOptions: Seq[String] = Nil,
+    log4jLines: Seq[String] = Nil) extends FleetServer {
   import KyuubiServer._
 
   val logFile: Path = logDir.resolve(s"$name.log")
@@ -124,7 +128,7 @@ final class KyuubiServer(
     val w = Files.newBufferedWriter(confFile, StandardCharsets.UTF_8)
     try props.store(w, s"KyuubiConf of $name") finally w.close()
     val log4j = logDir.resolve(s"$name-log4j2.properties")
-    Files.write(log4j, log4jConfig(logFile).getBytes(StandardCharsets.UTF_8))
+    Files.write(log4j, (log4jConfig(logFile) + log4jLines.map(_ + "\n").mkString).getBytes(StandardCharsets.UTF_8))
     val serverJar = if (kind == KyuubiHome.Patched) KyuubiHome.patchedJar.get else KyuubiHome.stockJar.get
     val podsweep = podsweepClassPath.getOrElse(kind match {
       case KyuubiHome.Patched => KyuubiHome.podsweepClasses.toSeq
@@ -136,8 +140,8 @@ final class KyuubiServer(
     val java = new File(new File(System.getProperty("java.home"), "bin"), "java").getAbsolutePath
     val cmd = Seq(java, s"-Xmx${heapMb}m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
       s"-Dlog4j2.configurationFile=${log4j.toAbsolutePath}",
-      s"-Dpodsweep.native.path=${nativePath.orElse(KyuubiHome.nativeLibrary.map(_.getAbsolutePath)).getOrElse("")}",
-      "-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++ mode.flag.toSeq ++ Seq(confFile.toAbsolutePath.toString)
+      s"-Dpodsweep.native.path=${nativePath.orElse(KyuubiHome.nativeLibrary.map(_.getAbsolutePath)).getOrElse("")}") ++
+      jvmOptions ++ Seq("-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++ mode.flag.toSeq ++ Seq(confFile.toAbsolutePath.toString)
     new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))
       .start()

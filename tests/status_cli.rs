@@ -1,0 +1,308 @@
+//! `podsweep status` and `podsweep uninstall` against real ZooKeeper and etcd: a fleet of three
+//! servers campaigning in two scopes, read from the HA backend alone by the binary an operator
+//! runs (`--json` and the table), after a leader leaves, and removed once every server stopped.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::etcd::EtcdServer;
+use common::fixture::observation;
+use common::pods_api::{wait_for, PodsApi};
+use common::zk::ZkServer;
+use podsweep::config::{keys, Settings, ETCD_CLIENT_CLASS};
+use podsweep::election::Leadership;
+use podsweep::engine::Engine;
+use podsweep::model::{AppState, EventKind};
+use podsweep::scope::Scope;
+use serde_json::Value;
+
+const NAMESPACES: [&str; 2] = ["spark-a", "spark-b"];
+const SERVERS: [&str; 3] = ["kyuubi-0:10009", "kyuubi-1:10009", "kyuubi-2:10009"];
+const LONG: Duration = Duration::from_secs(40);
+
+fn conf_pairs(api: &PodsApi, ha: &[(String, String)]) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = [
+        (keys::CLEANUP_KIND, "ALL"),
+        ("kyuubi.kubernetes.master.address", api.url.as_str()),
+        (keys::HA_NAMESPACE, "status_cli"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    pairs.extend(ha.iter().cloned());
+    pairs
+}
+
+/// A server as the patched Kyuubi runs it: its informer has seen one running driver pod in each
+/// namespace, so it campaigns in both scopes.
+fn server(pairs: &[(String, String)], id: &str) -> Arc<Engine> {
+    let raw: HashMap<String, String> = pairs.iter().cloned().collect();
+    let settings = Settings::from_map(raw).unwrap();
+    let e = Arc::new(Engine::new(settings, id, tokio::runtime::Handle::current()).unwrap());
+    for (i, ns) in NAMESPACES.iter().enumerate() {
+        let uid = format!("00000000-0000-4000-8000-00000000000{i}");
+        e.observe(
+            Scope::new(None, Some(ns)),
+            observation(&uid, EventKind::Add, AppState::Running),
+        )
+        .unwrap();
+    }
+    e
+}
+
+fn leader_of(servers: &[(String, Arc<Engine>)], ns: &str) -> Option<String> {
+    let scope = Scope::new(None, Some(ns));
+    let leading: Vec<&String> = servers
+        .iter()
+        .filter(|(_, e)| e.leadership(&scope) == Some(Leadership::Leading))
+        .map(|(id, _)| id)
+        .collect();
+    (leading.len() == 1).then(|| leading[0].clone())
+}
+
+fn write_conf(pairs: &[(String, String)], name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("podsweep-status-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kyuubi-defaults.conf");
+    let text: String = pairs.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the binary; returns (exit status, stdout, stderr).
+fn podsweep(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_podsweep"))
+        .args(args)
+        .output()
+        .expect("run podsweep");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn status_json(conf: &str) -> Value {
+    let (code, out, err) = podsweep(&["status", "--config", conf, "--json"]);
+    assert_eq!(code, 0, "podsweep status: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The scope entry of `ns` in a `--json` reading.
+fn scope_entry<'a>(v: &'a Value, ns: &str) -> &'a Value {
+    v["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["namespace"] == ns)
+        .unwrap_or_else(|| panic!("no scope {ns} in {v}"))
+}
+
+fn participants(s: &Value) -> BTreeSet<String> {
+    s["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["server"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The whole walk on one backend: 3 servers x 2 scopes, the reading, a leader leaving, the
+/// refusal to uninstall under live servers, the uninstall.
+async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: bool) {
+    let api = PodsApi::start().await;
+    let pairs = conf_pairs(&api, &ha);
+    let conf = write_conf(&pairs, backend);
+    let conf = conf.to_str().unwrap();
+    let mut servers: Vec<(String, Arc<Engine>)> = SERVERS
+        .iter()
+        .map(|id| (id.to_string(), server(&pairs, id)))
+        .collect();
+    wait_for("a leader per scope", LONG, || {
+        NAMESPACES
+            .iter()
+            .all(|ns| leader_of(&servers, ns).is_some())
+    })
+    .await;
+    let mut reading = Value::Null;
+    // The election and the reading settle independently: read until all three participate.
+    wait_for("3 participants in each scope", LONG, || {
+        reading = status_json(conf);
+        NAMESPACES
+            .iter()
+            .all(|ns| participants(scope_entry(&reading, ns)).len() == 3)
+    })
+    .await;
+    assert_eq!(reading["backend"], backend);
+    assert_eq!(reading["scopes"].as_array().unwrap().len(), 2, "{reading}");
+    let all: BTreeSet<String> = SERVERS.iter().map(|s| s.to_string()).collect();
+    for ns in NAMESPACES {
+        let s = scope_entry(&reading, ns);
+        assert_eq!(participants(s), all, "{ns}");
+        assert_eq!(
+            s["leader"].as_str(),
+            leader_of(&servers, ns).as_deref(),
+            "{ns}: the backend's leader is the one that says it leads"
+        );
+        // Scopes are elected under the cluster they resolve to: the API server's URL.
+        assert_eq!(s["context"], api.url.as_str(), "{s}");
+        if since_is_known {
+            let since = s["leader_since_ms"].as_i64().expect("since");
+            let now = podsweep::metrics::epoch_ms() as i64;
+            assert!(since <= now && now - since < 120_000, "{s}");
+        }
+    }
+    let (code, table, _) = podsweep(&["status", "--config", conf]);
+    assert_eq!(code, 0);
+    println!("podsweep status ({backend}, 3 servers, 2 scopes):\n{table}");
+    for ns in NAMESPACES {
+        assert!(
+            table.contains(&format!("scope {}:{ns}", api.url)),
+            "{table}"
+        );
+    }
+    assert_eq!(table.matches("participants  3").count(), 2, "{table}");
+    assert_eq!(table.matches("    leads  ").count(), 2, "{table}");
+
+    // The leader of the first scope leaves: the reading names its successor and two participants.
+    let first = leader_of(&servers, NAMESPACES[0]).unwrap();
+    let at = servers.iter().position(|(id, _)| *id == first).unwrap();
+    let (_, gone) = servers.remove(at);
+    gone.close_async(Duration::from_secs(5)).await;
+    drop(gone);
+    wait_for("a new leader of the first scope", LONG, || {
+        leader_of(&servers, NAMESPACES[0]).is_some()
+    })
+    .await;
+    wait_for("the reading follows", LONG, || {
+        reading = status_json(conf);
+        let s = scope_entry(&reading, NAMESPACES[0]);
+        participants(s).len() == 2
+            && s["leader"].as_str() == leader_of(&servers, NAMESPACES[0]).as_deref()
+    })
+    .await;
+    assert!(!participants(scope_entry(&reading, NAMESPACES[0])).contains(&first));
+
+    // Uninstall refuses while servers campaign, names them, and leaves everything in place.
+    let (code, out, err) = podsweep(&["uninstall", "--config", conf]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("participant(s) still campaign"), "{err}");
+    assert_eq!(status_json(conf)["scopes"].as_array().unwrap().len(), 2);
+    // --force removes them under the live servers: each loses its seat, campaigns again, and the
+    // scopes have a leader and both participants again.
+    let (code, out, err) = podsweep(&["uninstall", "--config", conf, "--force"]);
+    assert_eq!(code, 0, "{err}");
+    let forced: u64 = out
+        .rsplit(": ")
+        .next()
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    println!("podsweep uninstall --force ({backend}, 2 servers running): {out}");
+    assert!(forced >= 4, "{out}");
+    wait_for("the fleet campaigns again", LONG, || {
+        reading = status_json(conf);
+        NAMESPACES.iter().all(|ns| {
+            reading["scopes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["namespace"] == *ns)
+                .is_some_and(|s| {
+                    participants(s).len() == 2
+                        && s["leader"].as_str() == leader_of(&servers, ns).as_deref()
+                })
+        })
+    })
+    .await;
+    for (_, e) in servers.drain(..) {
+        e.close_async(Duration::from_secs(5)).await;
+    }
+    wait_for("no participant left", LONG, || {
+        reading = status_json(conf);
+        reading["scopes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["participants"].as_array().unwrap().is_empty())
+    })
+    .await;
+    let (code, out, err) = podsweep(&["uninstall", "--config", conf]);
+    assert_eq!(code, 0, "{err}");
+    println!("podsweep uninstall ({backend}): {out}");
+    assert!(out.starts_with("removed /status_cli-podsweep"), "{out}");
+    let after = status_json(conf);
+    assert_eq!(after["scopes"].as_array().unwrap().len(), 0, "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_uninstall_on_zookeeper() {
+    let zk = ZkServer::start();
+    let ha = vec![
+        (keys::HA_ADDRESSES.to_owned(), zk.addr()),
+        (keys::ZK_SESSION_TIMEOUT.to_owned(), "4000".to_owned()),
+    ];
+    fleet_status("zookeeper", ha, true).await;
+    // Nothing of podsweep is left in ZooKeeper.
+    let client = common::zk::inspector(&zk.addr()).await;
+    assert_eq!(
+        client.list_children("/status_cli-podsweep").await.err(),
+        Some(zookeeper_client::Error::NoNode)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_uninstall_on_etcd() {
+    let etcd = EtcdServer::start();
+    let ha = vec![
+        (keys::HA_ADDRESSES.to_owned(), etcd.endpoint()),
+        (
+            keys::HA_CLIENT_CLASS.to_owned(),
+            ETCD_CLIENT_CLASS.to_owned(),
+        ),
+        (keys::ETCD_LEASE_TIMEOUT.to_owned(), "4000".to_owned()),
+    ];
+    fleet_status("etcd", ha, true).await;
+    let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+        .await
+        .unwrap();
+    let left = client
+        .get(
+            "/status_cli-podsweep/",
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(left.count(), 0);
+}
+
+/// A configuration without an HA backend: nothing is elected, and the verbs say so.
+#[test]
+fn without_an_ha_backend_the_verbs_name_the_key() {
+    let path =
+        std::env::temp_dir().join(format!("podsweep-status-local-{}.conf", std::process::id()));
+    std::fs::write(
+        &path,
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind=ALL\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for verb in ["status", "uninstall"] {
+        let (code, _, err) = podsweep(&[verb, "--config", p]);
+        assert_eq!(code, 1, "{verb}");
+        assert!(err.contains(keys::HA_ADDRESSES), "{verb}: {err}");
+    }
+    let (code, _, err) = podsweep(&["status", "--config", "/nonexistent/kyuubi-defaults.conf"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/kyuubi-defaults.conf"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}
