@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::etcd::EtcdServer;
 use common::fixture::observation;
-use common::pods_api::{wait_for, PodsApi};
+use common::pods_api::{root_ca_uid, wait_for, PodsApi};
 use common::zk::ZkServer;
 use podsweep::config::{keys, Settings, ETCD_CLIENT_CLASS};
 use podsweep::election::Leadership;
@@ -149,8 +149,9 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
             leader_of(&servers, ns).as_deref(),
             "{ns}: the backend's leader is the one that says it leads"
         );
-        // Scopes are elected under the cluster they resolve to: the API server's URL.
-        assert_eq!(s["context"], api.url.as_str(), "{s}");
+        // Scopes are elected under the namespace's identity (the UID of its kube-root-ca.crt),
+        // whichever URL a server reaches the cluster by.
+        assert_eq!(s["context"], format!("ns-uid:{}", root_ca_uid(ns)), "{s}");
         if since_is_known {
             let since = s["leader_since_ms"].as_i64().expect("since");
             let now = podsweep::metrics::epoch_ms() as i64;
@@ -162,7 +163,7 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
     println!("podsweep status ({backend}, 3 servers, 2 scopes):\n{table}");
     for ns in NAMESPACES {
         assert!(
-            table.contains(&format!("scope {}:{ns}", api.url)),
+            table.contains(&format!("scope ns-uid:{}:{ns}", root_ca_uid(ns))),
             "{table}"
         );
     }

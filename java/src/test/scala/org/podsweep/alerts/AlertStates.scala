@@ -5,9 +5,14 @@ import java.util.concurrent.{Executors, ScheduledExecutorService, TimeUnit}
 import java.util.concurrent.atomic.AtomicInteger
 
 import scala.collection.JavaConverters._
-import scala.util.Try
+import scala.util.{Failure, Try}
 
+import io.fabric8.kubernetes.api.model.PodBuilder
 import io.fabric8.kubernetes.api.model.rbac.{ClusterRoleBuilder, PolicyRule, PolicyRuleBuilder, RoleBindingBuilder}
+import io.fabric8.kubernetes.client.KubernetesClientException
+import org.scalatest.Assertions._
+import org.scalatest.concurrent.Eventually._
+import org.scalatest.time.{Millis, Seconds, Span}
 import org.podsweep.ScopeStatus
 import org.podsweep.realapi.RealApi
 import org.podsweep.testkit.{KyuubiPods, RealKube}
@@ -76,6 +81,23 @@ object AlertStates {
          |"spec":{"policyName":"$name","validationActions":["Deny"],
          |"matchResources":{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"$ns"}}}}}""".stripMargin)
       .createOr(_.update())
+    // The API server applies a new policy once its own informer has it: until a dry-run DELETE of
+    // that identity is refused with 422, its DELETEs would still go through.
+    val probe = kube.createPod(kube.admin, ns, new PodBuilder().withNewMetadata().withName("policy-probe").endMetadata()
+      .withNewSpec().addNewContainer().withName("c").withImage("none").endContainer().endSpec().build())
+    val client = kube.serviceAccountClient(sa, AccountsNamespace)
+    try {
+      eventually(timeout(Span(60, Seconds)), interval(Span(200, Millis))) {
+        val code = Try(client.pods().inNamespace(ns).withName("policy-probe").dryRun().delete()) match {
+          case Failure(e: KubernetesClientException) => e.getCode
+          case other => fail(s"a dry-run DELETE of $user in $ns went through: $other")
+        }
+        assert(code == 422, s"a dry-run DELETE of $user in $ns: $code")
+      }
+    } finally {
+      client.close()
+      kube.admin.pods().inNamespace(ns).withName(probe.getMetadata.getName).withGracePeriod(0).delete()
+    }
   }
 
   /** A driver pod of `ns`, terminated (Succeeded) at `at`. */
