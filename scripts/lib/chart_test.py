@@ -25,32 +25,16 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from kubeapi import Kube, KubeError, helm, load_all, wait  # noqa: E402
+from kubeapi import Kube, KubeError, Tally, helm, load_all, wait  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHART = os.path.join(ROOT, "charts", "podsweep")
 NS, SPARK, OTHER = "podsweep", "spark-jobs", "other-team"
 SA = f"system:serviceaccount:{NS}:podsweep"
 P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
-passed = failed = 0
+TALLY = Tally()
+ok, bad, check = TALLY.ok, TALLY.bad, TALLY.check
 figures = {}
-
-
-def ok(text):
-    global passed
-    passed += 1
-    print("ok    " + text, flush=True)
-
-
-def bad(text):
-    global failed
-    failed += 1
-    print("FAIL  " + text, flush=True)
-
-
-def check(cond, text, why=""):
-    (ok if cond else bad)(text if cond or not why else f"{text}: {why}")
-    return cond
 
 
 def run(*cmd, check_rc=True, **kw):
@@ -438,8 +422,7 @@ def main():
     figures.update({"chart": "podsweep", "commit": env.get("PODSWEEP_COMMIT"), "date": time.strftime("%Y-%m-%d"),
                     "api_server": "kube-apiserver " + env.get("PODSWEEP_KUBE_VERSION", "?")})
     print(json.dumps(figures))
-    print(f"chart test: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    TALLY.end("chart test")
 
 
 if __name__ == "__main__":

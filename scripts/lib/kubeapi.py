@@ -5,6 +5,7 @@ PyYAML only; every request carries the admin token of DIR/env unless another tok
 import json
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -179,3 +180,27 @@ def wait(what, timeout, probe, every=0.2):
         if time.time() - t0 > timeout:
             raise KubeError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(every)
+
+
+class Tally:
+    """The `ok` / `FAIL` lines of a check script, counted."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def ok(self, text):
+        self.passed += 1
+        print("ok    " + text, flush=True)
+
+    def bad(self, text):
+        self.failed += 1
+        print("FAIL  " + text, flush=True)
+
+    def check(self, cond, text, why=""):
+        (self.ok if cond else self.bad)(text if cond or not why else f"{text}: {why}")
+        return cond
+
+    def end(self, what):
+        """Prints "<what>: N passed, M failed" and exits 1 when a check failed."""
+        print(f"{what}: {self.passed} passed, {self.failed} failed")
+        sys.exit(1 if self.failed else 0)

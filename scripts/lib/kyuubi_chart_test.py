@@ -16,31 +16,15 @@ import time
 import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
-from kubeapi import Kube, KubeError, helm, load_all  # noqa: E402
+from kubeapi import Kube, KubeError, Tally, helm, load_all  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VALUES = os.path.join(ROOT, "charts", "kyuubi-values")
 ALERTS = os.path.join(VALUES, "podsweep-alerts.yaml")
 P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
-passed = failed = 0
+TALLY = Tally()
+ok, bad, check = TALLY.ok, TALLY.bad, TALLY.check
 figures = {}
-
-
-def ok(text):
-    global passed
-    passed += 1
-    print("ok    " + text, flush=True)
-
-
-def bad(text):
-    global failed
-    failed += 1
-    print("FAIL  " + text, flush=True)
-
-
-def check(cond, text, why=""):
-    (ok if cond else bad)(text if cond or not why else f"{text}: {why}")
-    return cond
 
 
 def alerts_text():
@@ -201,8 +185,7 @@ def main():
     figures.update({"chart": "kyuubi-1.12.0", "commit": env.get("PODSWEEP_COMMIT"), "date": time.strftime("%Y-%m-%d"),
                     "api_server": "kube-apiserver " + env.get("PODSWEEP_KUBE_VERSION", "?")})
     print(json.dumps(figures))
-    print(f"chart kyuubi: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    TALLY.end("chart kyuubi")
 
 
 if __name__ == "__main__":
