@@ -7,6 +7,7 @@ rendered with charts/kyuubi-values/: the drop-in by an init container, and by an
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -54,11 +55,21 @@ def podman(env, *args, check_rc=True):
     return r
 
 
-def kyuubi_chart(tarball, into):
-    with tarfile.open(tarball) as t:
-        members = [m for m in t.getmembers() if "/charts/kyuubi/" in m.name]
-        t.extractall(into, members=members)
-    return os.path.join(into, "apache-kyuubi-1.12.0", "charts", "kyuubi")
+def kyuubi_chart(tarball, tools, into):
+    """Kyuubi 1.12.0's charts/kyuubi: from the source release's tarball, else from the copy of the
+    release scripts/setup kyuubi unpacked (sha256-checked) into the tool cache."""
+    if os.path.exists(tarball):
+        with tarfile.open(tarball) as t:
+            members = [m for m in t.getmembers() if "/charts/kyuubi/" in m.name]
+            t.extractall(into, members=members)
+        return os.path.join(into, "apache-kyuubi-1.12.0", "charts", "kyuubi")
+    cached = os.path.join(tools, "kyuubi-1.12.0", "src", "charts", "kyuubi")
+    if os.path.isdir(cached):
+        out = os.path.join(into, "kyuubi")
+        shutil.copytree(cached, out)
+        return out
+    raise KubeError(f"Kyuubi 1.12.0's chart: neither {tarball} (KYUUBI_SRC_TARBALL) nor {cached} "
+                    "(scripts/setup kyuubi) exists")
 
 
 def check_render(docs, variant, version, image):
@@ -163,7 +174,7 @@ def main():
         with open(ALERTS) as f:
             check(f.read() == alerts_text(), "charts/kyuubi-values/podsweep-alerts.yaml = docs/alerts' group podsweep-kyuubi",
                   "stale: run scripts/chart alerts")
-        chart = kyuubi_chart(env["PODSWEEP_KYUUBI_TARBALL"], work)
+        chart = kyuubi_chart(env["PODSWEEP_KYUUBI_TARBALL"], env["PODSWEEP_TOOLS"], work)
         sys.path.insert(0, os.path.dirname(__file__))
         from chart_test import install_monitoring_crds
         install_monitoring_crds(kube)
