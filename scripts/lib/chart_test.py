@@ -419,10 +419,7 @@ def main():
     finally:
         if fleet:
             fleet.close()
-    figures.update({"chart": "podsweep", "commit": env.get("PODSWEEP_COMMIT"), "date": time.strftime("%Y-%m-%d"),
-                    "api_server": "kube-apiserver " + env.get("PODSWEEP_KUBE_VERSION", "?")})
-    print(json.dumps(figures))
-    TALLY.end("chart test")
+    TALLY.end("chart test", figures, "podsweep", env)
 
 
 if __name__ == "__main__":

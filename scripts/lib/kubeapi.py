@@ -200,7 +200,11 @@ class Tally:
         (self.ok if cond else self.bad)(text if cond or not why else f"{text}: {why}")
         return cond
 
-    def end(self, what):
-        """Prints "<what>: N passed, M failed" and exits 1 when a check failed."""
+    def end(self, what, figures, chart, env):
+        """Prints the figures as one JSON line stamped with the chart, commit, date and API server,
+        then "<what>: N passed, M failed"; exits 1 when a check failed."""
+        figures.update({"chart": chart, "commit": env.get("PODSWEEP_COMMIT"), "date": time.strftime("%Y-%m-%d"),
+                        "api_server": "kube-apiserver " + env.get("PODSWEEP_KUBE_VERSION", "?")})
+        print(json.dumps(figures))
         print(f"{what}: {self.passed} passed, {self.failed} failed")
         sys.exit(1 if self.failed else 0)

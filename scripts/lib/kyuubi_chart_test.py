@@ -5,14 +5,12 @@ Kyuubi's chart is read from Kyuubi's source release (never copied into this repo
 rendered with charts/kyuubi-values/: the drop-in by an init container, and by an image layer."""
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 
 import yaml
 
@@ -193,10 +191,7 @@ def main():
         bad(f"{type(e).__name__}: {e}")
     finally:
         subprocess.run(["rm", "-rf", work])
-    figures.update({"chart": "kyuubi-1.12.0", "commit": env.get("PODSWEEP_COMMIT"), "date": time.strftime("%Y-%m-%d"),
-                    "api_server": "kube-apiserver " + env.get("PODSWEEP_KUBE_VERSION", "?")})
-    print(json.dumps(figures))
-    TALLY.end("chart kyuubi")
+    TALLY.end("chart kyuubi", figures, "kyuubi-1.12.0", env)
 
 
 if __name__ == "__main__":
