@@ -69,7 +69,9 @@ class StatusMBeanSuite extends AnyFunSuite {
     val s = LocalSweeper.create("lines:10009")
     try {
       LocalSweeper.finished(s, null, "spark-a", "p1")
-      eventually(assert(ScopeStatus.parseAll(s.statusAll()).asScala.map(_.tracked) == Seq(1L)))
+      // The scope task starts FOLLOWING and the local backend makes it LEADING a moment later.
+      eventually(assert(ScopeStatus.parseAll(s.statusAll()).asScala.map(st => (st.tracked, st.leadership)) ==
+        Seq((1L, "LEADING"))))
       val line = PodSweeperStatus.line(ScopeStatus.parseAll(s.statusAll()).get(0))
       assert(line.startsWith("Status of scope <default context>:spark-a on lines:10009: LEADING for "), line)
       assert(line.contains(", healthy, not paused, tracked 1, due 0, in flight 0, retries 0, no failure; status {"), line)
