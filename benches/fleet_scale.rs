@@ -187,6 +187,22 @@ impl Coordinator {
             }
             _ => unreachable!("the settings name the server they were built from"),
         }
+        // A count of nothing is a broken measurement, not a figure: say what is there instead.
+        if owners.is_empty() {
+            let found = match (self, &settings.ha) {
+                (Coordinator::Etcd(etcd), HaSettings::Etcd(s)) => {
+                    let mut client = etcd.client().await;
+                    common::etcd::keys_under(&mut client, &format!("{}/", s.root()))
+                        .await
+                        .into_iter()
+                        .map(|c| format!("{} = {} (lease {})", c.key, c.identity, c.owner))
+                        .take(10)
+                        .collect::<Vec<_>>()
+                }
+                _ => Vec::new(),
+            };
+            panic!("no election node of any scope found where the bench looked; first keys: {found:#?}");
+        }
         (0..SERVERS)
             .map(|s| owners.get(&Fleet::tag(s)).map_or(0, HashSet::len))
             .collect()

@@ -918,6 +918,8 @@ fn child(spec: &str) {
     let engine = if spec["record_deletes"] == true {
         let backend = backend_of(&settings);
         let deleters = recorder::source(Arc::new(Recorder::default()));
+        // Election keys as a server's: the namespace's identity from the pods API.
+        let identities = podsweep::engine::kube_identities(settings.raw.clone());
         Engine::with_parts(
             settings,
             &identity,
@@ -926,6 +928,7 @@ fn child(spec: &str) {
             Clock::System,
             rt.handle().clone(),
         )
+        .map(|e| e.with_namespace_identities(identities))
     } else {
         Engine::new(settings, &identity, rt.handle().clone())
     };
