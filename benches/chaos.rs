@@ -196,7 +196,7 @@ fn ha_conf(backend: &str, addresses: String) -> Vec<(String, String)> {
     } else {
         conf.push((keys::HA_CLIENT_CLASS.into(), ETCD_CLIENT_CLASS.into()));
         conf.push((
-            keys::ETCD_LEASE_TIMEOUT.into(),
+            keys::ETCD_ELECTION_LEASE.into(),
             format!("PT{}S", TIMEOUT.as_secs()),
         ));
     }

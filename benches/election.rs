@@ -113,15 +113,21 @@ impl BackendEnv {
             _ => {
                 let etcd = common::etcd::EtcdServer::start();
                 let endpoint = etcd.endpoint();
-                let ttl = if kyuubi_defaults { "PT10S" } else { "PT2S" };
                 let metrics_at = endpoint.clone();
+                let mut conf = vec![
+                    (keys::HA_ADDRESSES, endpoint),
+                    (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS.into()),
+                ];
+                // With the defaults, podsweep's own election lease (PT30S); else a short one.
+                let ttl = if kyuubi_defaults {
+                    "PT30S (podsweep's default)"
+                } else {
+                    conf.push((keys::ETCD_ELECTION_LEASE, "PT2S".into()));
+                    "PT2S"
+                };
                 BackendEnv {
                     name: "etcd",
-                    conf: vec![
-                        (keys::HA_ADDRESSES, endpoint),
-                        (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS.into()),
-                        (keys::ETCD_LEASE_TIMEOUT, ttl.into()),
-                    ],
+                    conf,
                     timeouts: serde_json::json!({"lease_ttl": ttl}),
                     requests: Box::new(move || common::bench::etcd_grpc_messages(&metrics_at)),
                     _server: Box::new(etcd),

@@ -292,7 +292,7 @@ fn duplicates(backend: &'static str, smoke: bool) {
                 vec![
                     (keys::HA_ADDRESSES.into(), etcd.endpoint()),
                     (keys::HA_CLIENT_CLASS.into(), ETCD_CLIENT_CLASS.into()),
-                    (keys::ETCD_LEASE_TIMEOUT.into(), "PT2S".into()),
+                    (keys::ETCD_ELECTION_LEASE.into(), "PT2S".into()),
                 ],
                 json!({"lease_timeout": "PT2S"}),
                 Box::new(etcd),

@@ -132,7 +132,9 @@ impl Coordinator {
                 "server_max_session_ms": 40000,
                 "server_max_client_cnxns": 0,
             }),
-            Coordinator::Etcd(_) => json!({"lease_timeout": "PT10S (Kyuubi's default)"}),
+            Coordinator::Etcd(_) => {
+                json!({"election_lease": "PT30S (podsweep's default; Kyuubi's lease timeout PT10S is its registrations')"})
+            }
         }
     }
 

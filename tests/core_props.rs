@@ -239,6 +239,7 @@ const KEYS: &[&str] = &[
     keys::ZK_BASE_RETRY_WAIT,
     keys::ZK_MAX_RETRY_WAIT,
     keys::ETCD_LEASE_TIMEOUT,
+    keys::ETCD_ELECTION_LEASE,
     keys::ETCD_SSL_ENABLED,
     keys::RATE_QPS,
     keys::RATE_BURST,

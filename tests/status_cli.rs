@@ -266,7 +266,7 @@ async fn status_and_uninstall_on_etcd() {
             keys::HA_CLIENT_CLASS.to_owned(),
             ETCD_CLIENT_CLASS.to_owned(),
         ),
-        (keys::ETCD_LEASE_TIMEOUT.to_owned(), "4000".to_owned()),
+        (keys::ETCD_ELECTION_LEASE.to_owned(), "4000".to_owned()),
     ];
     fleet_status("etcd", ha, true).await;
     let mut client = etcd_client::Client::connect([etcd.endpoint()], None)

@@ -203,7 +203,7 @@ async fn three_watch_servers_on_etcd_hold_one_watch_and_hand_it_over() {
     let ha = [
         (keys::HA_ADDRESSES, endpoint.as_str()),
         (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
-        (keys::ETCD_LEASE_TIMEOUT, "PT2S"),
+        (keys::ETCD_ELECTION_LEASE, "PT2S"),
     ];
     let servers: Vec<Arc<Engine>> = ["s1", "s2", "s3"]
         .iter()

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use super::{
-    keys, parse_bool, parse_time, ConfigError, ETCD_CLIENT_CLASS, MAX_TIME, ZK_CLIENT_CLASS,
-};
+use super::{keys, parse_bool, ConfigError, ETCD_CLIENT_CLASS, MAX_TIME, ZK_CLIENT_CLASS};
 
 /// Which HA backend elects the cleanup leaders.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,7 +21,9 @@ pub struct EtcdSettings {
     pub endpoints: Vec<String>,
     /// Kyuubi's `kyuubi.ha.namespace`; election names live under `/<namespace>-podsweep/elections/`.
     pub namespace: String,
-    /// Lease TTL, whole seconds as Kyuubi rounds `kyuubi.ha.etcd.lease.timeout`.
+    /// The TTL of podsweep's own election lease (`ha.etcd.leaseTimeout`), whole seconds
+    /// rounded up. Kyuubi's `kyuubi.ha.etcd.lease.timeout` is its server registrations' and is
+    /// not read: its 10 s default would cost 18 keep-alives a minute per server.
     pub lease_ttl: Duration,
     pub tls: Option<EtcdTls>,
 }
@@ -332,23 +332,29 @@ fn parse_etcd<'a>(
         }
         endpoints.push(url);
     }
-    let ttl = match get(keys::ETCD_LEASE_TIMEOUT) {
-        None => Duration::from_secs(10),
-        Some(v) => parse_time(keys::ETCD_LEASE_TIMEOUT, v)?,
-    };
-    // Kyuubi turns the timeout into whole seconds; etcd leases are granted in seconds.
-    let secs = ttl.as_secs();
-    if secs < 1 {
-        return Err(ConfigError::invalid(
-            keys::ETCD_LEASE_TIMEOUT,
-            get(keys::ETCD_LEASE_TIMEOUT).unwrap_or(""),
-            "must be at least one second",
-        ));
-    }
     Ok(HaSettings::Etcd(EtcdSettings {
         endpoints,
         namespace,
-        lease_ttl: Duration::from_secs(secs),
+        lease_ttl: election_lease_ttl(get)?,
         tls,
     }))
+}
+
+/// The TTL of podsweep's etcd election lease when the key is unset: a keep-alive every 10 s
+/// (6 a minute, a Kubernetes node's lease heartbeat), and a crashed leader's scopes taken over
+/// within 30 s (sooner than on ZooKeeper, where Kyuubi's session timeout is 60 s).
+pub const DEFAULT_ELECTION_LEASE: Duration = Duration::from_secs(30);
+
+/// `ha.etcd.leaseTimeout` in whole seconds (etcd grants leases in seconds), rounded up; read and
+/// checked whatever the backend, so a bad value is refused before anyone needs it.
+pub(super) fn election_lease_ttl<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Duration, ConfigError> {
+    let Some(v) = get(keys::ETCD_ELECTION_LEASE) else {
+        return Ok(DEFAULT_ELECTION_LEASE);
+    };
+    let d = super::positive_time(keys::ETCD_ELECTION_LEASE, v)?;
+    Ok(Duration::from_secs(
+        d.as_secs() + u64::from(d.subsec_nanos() > 0),
+    ))
 }

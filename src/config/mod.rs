@@ -59,6 +59,8 @@ pub mod keys {
     pub const ZK_BASE_RETRY_WAIT: &str = "kyuubi.ha.zookeeper.connection.base.retry.wait";
     pub const ZK_MAX_RETRY_WAIT: &str = "kyuubi.ha.zookeeper.connection.max.retry.wait";
     pub const ETCD_LEASE_TIMEOUT: &str = "kyuubi.ha.etcd.lease.timeout";
+    pub const ETCD_ELECTION_LEASE: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.etcd.leaseTimeout";
     pub const ETCD_SSL_ENABLED: &str = "kyuubi.ha.etcd.ssl.enabled";
     pub const ETCD_SSL_CA: &str = "kyuubi.ha.etcd.ssl.ca.path";
     pub const ETCD_SSL_CERT: &str = "kyuubi.ha.etcd.ssl.client.certificate.path";
@@ -266,6 +268,8 @@ impl Settings {
                 .unwrap_or_default()
         };
         let ha = parse_ha(&get)?;
+        // Checked whatever the backend (used only on etcd).
+        ha::election_lease_ttl(&get)?;
         let leaderless_alert = match lookup(&get, keys::HEALTH_ALERT_AFTER) {
             None => Duration::from_secs(120),
             Some((key, v)) => positive_time(key, v)?,

@@ -299,6 +299,22 @@ pub static KEYS: &[KeyDoc] = &[
         internal: false,
     },
     KeyDoc {
+        key: keys::ETCD_ELECTION_LEASE,
+        const_name: "HA_ETCD_LEASE_TIMEOUT",
+        typ: KeyType::Duration,
+        default: Some("PT30S"),
+        fallback: None,
+        check: Check::PositiveDuration,
+        doc: "On etcd: the TTL of each server's one election lease (whole seconds, rounded \
+              up), for all its Kubernetes contexts and namespaces. A keep-alive goes every \
+              third of it (6 a minute at the default); a leader stops acting a third of it \
+              before its lease can expire; a crashed leader's scopes are taken over within \
+              it. kyuubi.ha.etcd.lease.timeout stays the servers' registrations' own.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
         key: keys::IDLE_RELEASE,
         const_name: "SCOPE_RELEASE_AFTER_IDLE",
         typ: KeyType::Duration,

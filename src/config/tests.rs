@@ -54,7 +54,9 @@ fn etcd_from_kyuubis_client_class() {
     let base = [
         (keys::HA_ADDRESSES, "127.0.0.1:2379, http://10.0.0.2:2379"),
         (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
-        (keys::ETCD_LEASE_TIMEOUT, "PT12.7S"),
+        (keys::ETCD_ELECTION_LEASE, "PT12.2S"),
+        // Kyuubi's registrations' lease: not podsweep's.
+        (keys::ETCD_LEASE_TIMEOUT, "PT5S"),
     ];
     let s = Settings::from_map(conf(&base)).unwrap();
     let HaSettings::Etcd(e) = s.ha else {
@@ -64,7 +66,11 @@ fn etcd_from_kyuubis_client_class() {
         e.endpoints,
         ["http://127.0.0.1:2379", "http://10.0.0.2:2379"]
     );
-    assert_eq!(e.lease_ttl, Duration::from_secs(12));
+    assert_eq!(
+        e.lease_ttl,
+        Duration::from_secs(13),
+        "whole seconds, rounded up"
+    );
     assert_eq!(e.root(), "/kyuubi-podsweep/elections");
     assert!(e.tls.is_none());
     let mut tls = base.to_vec();
@@ -82,10 +88,24 @@ fn etcd_from_kyuubis_client_class() {
     let e = Settings::from_map(conf(&[
         (keys::HA_ADDRESSES, "127.0.0.1:2379"),
         (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
-        (keys::ETCD_LEASE_TIMEOUT, "500"),
+        (keys::ETCD_ELECTION_LEASE, "PT0S"),
     ]))
     .unwrap_err();
-    assert_eq!(e.key(), keys::ETCD_LEASE_TIMEOUT);
+    assert_eq!(e.key(), keys::ETCD_ELECTION_LEASE);
+    // Unset: 30 s, whatever Kyuubi's own lease timeout says.
+    let HaSettings::Etcd(e) = Settings::from_map(conf(&[
+        (keys::HA_ADDRESSES, "127.0.0.1:2379"),
+        (keys::HA_CLIENT_CLASS, ETCD_CLIENT_CLASS),
+        (keys::ETCD_LEASE_TIMEOUT, "PT10S"),
+    ]))
+    .unwrap()
+    .ha
+    else {
+        panic!("expected etcd")
+    };
+    assert_eq!(e.lease_ttl, Duration::from_secs(30));
+    let e = Settings::from_map(conf(&[(keys::ETCD_ELECTION_LEASE, "soon")])).unwrap_err();
+    assert_eq!(e.key(), keys::ETCD_ELECTION_LEASE, "checked on any backend");
 }
 
 #[test]

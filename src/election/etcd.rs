@@ -2,7 +2,7 @@
 //! with one keep-alive.
 //!
 //! A backend instance (one per podsweep engine, i.e. per Kyuubi server) opens one connection and
-//! grants one lease of `kyuubi.ha.etcd.lease.timeout` (whole seconds) per identity when its first
+//! grants one lease of `ha.etcd.leaseTimeout` (whole seconds, 30 by default) per identity when its first
 //! scope campaigns, and shares them with every scope (the campaign loop is [`super::driver`]'s,
 //! shared with ZooKeeper). Each scope campaigns through etcd's election service on
 //! `/<namespace>-podsweep/elections/<encoded scope>` with its identity (the Kyuubi server id) as

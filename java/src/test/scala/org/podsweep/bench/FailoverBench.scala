@@ -125,8 +125,9 @@ object FailoverBench {
         p.waitFor(10, TimeUnit.SECONDS)
         v.trim
       }.getOrElse("unknown")
-      val conf = etcd.kyuubiConf(EtcdLease).filter { case (k, _) => !k.endsWith(".lease.timeout") } ++
-        shortTimeouts("kyuubi.ha.etcd.lease.timeout" -> EtcdLease)
+      val conf = etcd.kyuubiConf(EtcdLease).filter { case (k, _) =>
+        !k.endsWith(".lease.timeout") && k != EtcdServer.ElectionLeaseKey
+      } ++ shortTimeouts("kyuubi.ha.etcd.lease.timeout" -> EtcdLease, EtcdServer.ElectionLeaseKey -> EtcdLease)
       new Backend(name, conf, () => ListMap(
         "kind" -> (if (KyuubiDefaults) "Kyuubi's defaults (no timeout key set)" else "short"),
         "lease_timeout" -> EtcdLease,

@@ -95,6 +95,7 @@ object FuzzProbe {
     "kyuubi.ha.zookeeper.connection.timeout", "kyuubi.ha.zookeeper.auth.type", "kyuubi.ha.zookeeper.auth.digest",
     "kyuubi.ha.zookeeper.connection.retry.policy", "kyuubi.ha.zookeeper.connection.max.retries",
     "kyuubi.ha.etcd.lease.timeout", "kyuubi.ha.etcd.ssl.enabled",
+    "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.etcd.leaseTimeout",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.burst",
     "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.maxInFlight",

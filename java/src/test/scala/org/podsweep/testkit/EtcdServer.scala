@@ -82,11 +82,15 @@ final class EtcdServer(binary: String = EtcdServer.defaultBinary, startTimeoutMs
     } finally c.disconnect()
   }.getOrElse(false)
 
-  /** Kyuubi's HA keys selecting this etcd, with a short lease so a lost leader is replaced quickly. */
+  /**
+   * Kyuubi's HA keys selecting this etcd, with short leases (Kyuubi's registrations' and
+   * podsweep's election lease) so a lost leader is replaced quickly.
+   */
   def kyuubiConf(leaseTimeout: String = "PT2S"): Map[String, String] = Map(
     "kyuubi.ha.client.class" -> EtcdServer.ClientClass,
     "kyuubi.ha.addresses" -> address,
-    "kyuubi.ha.etcd.lease.timeout" -> leaseTimeout)
+    "kyuubi.ha.etcd.lease.timeout" -> leaseTimeout,
+    EtcdServer.ElectionLeaseKey -> leaseTimeout)
 
   @volatile private var closed = false
 
@@ -106,6 +110,8 @@ final class EtcdServer(binary: String = EtcdServer.defaultBinary, startTimeoutMs
 
 object EtcdServer {
   val ClientClass = "org.apache.kyuubi.ha.client.etcd.EtcdDiscoveryClient"
+  /** podsweep's own election lease on etcd (its default PT30S). */
+  val ElectionLeaseKey = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.etcd.leaseTimeout"
 
   def defaultBinary: String = sys.env.get("PODSWEEP_ETCD").filter(_.nonEmpty).getOrElse("/usr/bin/etcd")
 
