@@ -10,7 +10,7 @@
 //!   on the coordination server: the distinct owners of the latch nodes (the leases of the
 //!   election keys) whose data is that server's identity; `sessions_each` lists all three;
 //! - `coordination_per_minute`: packets received by ZooKeeper (`srvr`) or gRPC messages received
-//!   by etcd (`/metrics`) per minute, all servers together, in steady state;
+//!   by etcd (`/metrics`) per minute, all servers together, in steady state, and per server;
 //! - `failover_all_scopes_ms`: the process leading the most scopes is killed (SIGKILL) until
 //!   every scope it led has a leader again.
 //!
@@ -318,6 +318,8 @@ fn fleet_scale(rt: &tokio::runtime::Runtime, backend: &'static str, smoke: bool)
         "zk_alive_connections": alive_connections,
         "etcd_leases_total": leases_total,
         "coordination_per_minute": coordination_per_minute,
+        "coordination_per_minute_per_server": coordination_per_minute
+            .map(|n| (n as f64 / SERVERS as f64 * 10.0).round() / 10.0),
         "coordination_counted_as": if backend == "zookeeper" { "packets received by ZooKeeper (srvr), all servers" } else { "gRPC messages received by etcd (/metrics), all servers" },
         "window_s": window.as_secs(),
         "all_led_ms": all_led_ms,
