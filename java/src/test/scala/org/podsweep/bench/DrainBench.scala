@@ -5,6 +5,7 @@ import java.time.Instant
 import java.time.temporal.ChronoUnit
 
 import scala.collection.immutable.ListMap
+import scala.collection.JavaConverters._
 
 import io.fabric8.kubernetes.api.model.Pod
 import org.apache.curator.test.TestingServer
@@ -23,9 +24,8 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
  *     measured over a fixed window from its first DELETE ([[Size.defaultWindowMs]], 60 s in the
  *     full run) and the line says so (`measured_over`); the server is then closed (podsweep's
  *     close() deletes nothing) with the rest of the backlog still there;
- *  2. podsweep at a RAISED limit ([[RaisedQps]], burst [[RaisedBurst]], [[RaisedInFlight]] DELETEs in
- *     flight: at the default 8 the round trip, not the rate, sets the pace): the same, measured
- *     until every pod is gone;
+ *  2. podsweep under a CEILING ([[CeilingQps]] DELETEs a second at most, the adaptive pace below
+ *     it): the same, measured until every pod is gone;
  *  3. stock Kyuubi 1.12.0: one server starts over the same backlog. It marks every terminated pod
  *     it lists at start (`cleanTerminatedAppPodsOnKubernetesClientInitialize`), each entry expires a
  *     retain period after that, and the cache's removal listener deletes them, one synchronous DELETE
@@ -35,6 +35,14 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
  *     + [[Size.quietExtraMs]]. Kyuubi's retain period (5 min) and check interval (1 min) are shortened to
  *     [[Size.retainMs]] and 1 s (the same retain for podsweep), which moves when stock Kyuubi
  *     starts, not how fast it deletes or how often.
+ *
+ *  0. a RAW client first: [[RawInFlight]] concurrent DELETEs of the listed pods under a
+ *     ServiceAccount of its own, nothing else: the API server's capacity that the others are
+ *     compared with (`of_raw`).
+ *
+ * Throughout each run a reader under another ServiceAccount GETs one pod every 20 ms
+ * ([[DrainReader]]): its p99 over the drain, against its p99 over 15 s before the run started,
+ * is what the drain costs other clients.
  *
  * The API server is a real kube-apiserver (scripts/kube; a fresh one per run, one for all three in
  * the smoke pass); every figure about DELETEs comes from its audit log: `requestReceivedTimestamp`
@@ -71,12 +79,9 @@ object DrainBench {
   /** When the pods' driver containers finished: long before the run (all overdue). */
   val FinishedAgoS = 3600L
 
-  val DefaultQps = 10
-  val DefaultBurst = 20
-  val DefaultMaxInFlight = 8
-  val RaisedQps = 1000
-  val RaisedBurst = 100
-  val RaisedInFlight = 32
+  val CeilingQps = 100
+  val RawInFlight = 32
+  private val RawClient = "drain-raw"
 
   private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
   /** Kyuubi's default `kyuubi.ha.zookeeper.session.timeout`. */
@@ -89,9 +94,10 @@ object DrainBench {
     val apis = new BenchApi.Pool(BenchApi.choose("drain", fallback = "pods-api"), shared = smoke)
     val zk = new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = SessionTimeoutMs)
     try {
-      podsweep(apis, zk, size, raised = false)
-      podsweep(apis, zk, size, raised = true)
-      stock(apis, size)
+      val raw = rawClient(apis, size)
+      podsweep(apis, zk, size, ceiling = false, raw)
+      podsweep(apis, zk, size, ceiling = true, raw)
+      stock(apis, size, raw)
     } finally {
       zk.close()
       apis.close()
@@ -114,9 +120,9 @@ object DrainBench {
     } finally admin.close()
   }
 
-  /** The server's DELETEs in `ns` (audit log of a real API server), by arrival. */
-  private def deletes(api: TestApi, ns: String): Seq[Recorded] =
-    api.podDeletes(ns).filter(_.bearer.contains(Server)).sortBy(_.atMillis)
+  /** The DELETEs of `who` (the server by default) in `ns` (audit log of a real API server), by arrival. */
+  private def deletes(api: TestApi, ns: String, who: String = Server): Seq[Recorded] =
+    api.podDeletes(ns).filter(_.bearer.exists(_.contains(who))).sortBy(_.atMillis)
 
   /** Waits until `done` or `untilMillis`, progress every 10 s. */
   private def await(label: String, untilMillis: Long)(done: => Boolean)(note: => String): Boolean = {
@@ -164,17 +170,18 @@ object DrainBench {
     "server_errors_5xx" -> ds.count(_.status >= 500),
     "other_errors" -> ds.count(d => d.status != 200 && d.status != 404 && d.status != 409 && d.status != 429 && d.status < 500))
 
-  private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, raised: Boolean): Unit = apis.use { api =>
-    val label = if (raised) "podsweep-raised" else "podsweep-default"
+  private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, ceiling: Boolean,
+      raw: Option[Double]): Unit = apis.use { api =>
+    val label = if (ceiling) "podsweep-ceiling" else "podsweep-default"
     val ns = s"drain-$label"
-    val (qps, burst) = if (raised) (RaisedQps, RaisedBurst) else (DefaultQps, DefaultBurst)
     BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
     val (createS, writesPerPod) = backlog(api, ns, size)
+    val reader = new DrainReader(api, label)
+    val idleSpan = reader.idle()
     BenchOut.progress(f"drain $label: created in $createS%.1f s (${size.pods / createS}%.0f pods/s); starting a patched Kyuubi server")
     val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs) ++
       Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++
-      (if (raised) Map(P + "rateLimit.qps" -> qps.toString, P + "rateLimit.burst" -> burst.toString,
-        P + "maxInFlight" -> RaisedInFlight.toString) else Map.empty)
+      (if (ceiling) Map(P + "rateLimit.qps" -> CeilingQps.toString) else Map.empty)
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
     val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
     val start = System.currentTimeMillis()
@@ -221,10 +228,9 @@ object DrainBench {
         "finished_ago_s" -> FinishedAgoS,
         "retain_ms" -> size.retainMs,
         "backend" -> zk.name,
-        "rate_limit" -> (if (raised) "raised" else "default (adaptive since issue 27)"),
-        "rate_limit_qps" -> (if (raised) qps.toString else "none (adaptive)"),
-        "rate_limit_burst" -> burst,
-        "max_in_flight" -> (if (raised) RaisedInFlight.toString else "adaptive, at most 64")) ++
+        "rate_limit" -> (if (ceiling) s"adaptive under a ceiling of $CeilingQps/s" else "default (adaptive since issue 27)"),
+        "rate_limit_qps" -> (if (ceiling) CeilingQps.toString else "none (adaptive)"),
+        "max_in_flight" -> "adaptive, at most 64") ++
         apis.fields(api) ++
         Seq(
           "measured_over" -> "whole drain (first DELETE to last pod deleted)",
@@ -241,6 +247,8 @@ object DrainBench {
           "server_start_to_first_delete_s" -> (firstAt - start) / 1000.0,
           "delete_requests" -> all.size,
           "pods_deleted_twice" -> all.filter(_.status == 200).groupBy(LagWorkload.podOf).count(_._2.size > 1)) ++
+        ofRaw(ok, raw) ++
+        reader.fields(idleSpan, lastPodAt.map(l => (firstAt, l))) ++
         errors(all) ++
         Seq(
           "client_deletes" -> outcomes.values.sum,
@@ -250,14 +258,19 @@ object DrainBench {
           "create_writes_per_s" -> size.pods * writesPerPod / createS,
           "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
           "smoke" -> (size == Smoke))): _*)
-    } finally scala.util.Try(server.close())
+    } finally {
+      scala.util.Try(server.close())
+      reader.close()
+    }
   }
 
-  private def stock(apis: BenchApi.Pool, size: Size): Unit = apis.use { api =>
+  private def stock(apis: BenchApi.Pool, size: Size, raw: Option[Double]): Unit = apis.use { api =>
     val label = "stock"
     val ns = s"drain-$label"
     BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
     val (createS, writesPerPod) = backlog(api, ns, size)
+    val reader = new DrainReader(api, label)
+    val idleSpan = reader.idle()
     BenchOut.progress(f"drain $label: created in $createS%.1f s; starting a stock Kyuubi 1.12.0 server")
     val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs)
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
@@ -313,8 +326,10 @@ object DrainBench {
           "deletes_per_pod" -> all.size.toDouble / size.pods,
           "pods_deleted_twice" -> ok.groupBy(LagWorkload.podOf).count(_._2.size > 1),
           "second_round_deletes" -> second.size,
+          "first_round_of_raw" -> ofRaw(ok, raw).headOption.map(_._2).orNull,
           "second_round_deletes_per_s" -> (if (second.size < 2) Double.NaN
             else (second.size - 1) * 1000.0 / (second.map(_.atMillis).max - second.map(_.atMillis).min).max(1))) ++
+        reader.fields(idleSpan, for (f <- firstAt; l <- lastPodAt) yield (f, l)) ++
         errors(all) ++
         Seq(
           "client_deletes" -> (failed + completed),
@@ -324,6 +339,74 @@ object DrainBench {
           "create_writes_per_s" -> size.pods * writesPerPod / createS,
           "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
           "smoke" -> (size == Smoke))): _*)
-    } finally scala.util.Try(server.kill())
+    } finally {
+      scala.util.Try(server.kill())
+      reader.close()
+    }
+  }
+
+  /** `deletes_per_s` of these DELETEs (answered 200) over the raw client's. */
+  private def ofRaw(ok: Seq[Recorded], raw: Option[Double]): Seq[(String, Any)] = {
+    val rate = rates(ok).collectFirst { case ("deletes_per_s", r: Double) => r }.getOrElse(Double.NaN)
+    Seq("of_raw" -> raw.filter(_ > 0).map(r => rate / r).getOrElse(Double.NaN))
+  }
+
+  /**
+   * The API server's capacity for these DELETEs: [[RawInFlight]] DELETEs in flight at once, of
+   * every listed pod, by a plain client under a ServiceAccount of its own (API Priority and
+   * Fairness treats it as it treats a Kyuubi server's). Returns its `deletes_per_s`.
+   */
+  private def rawClient(apis: BenchApi.Pool, size: Size): Option[Double] = apis.use { api =>
+    val label = "raw"
+    val ns = s"drain-$label"
+    BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
+    val (createS, writesPerPod) = backlog(api, ns, size)
+    val reader = new DrainReader(api, label)
+    val client = api.client(RawClient, RawInFlight)
+    try {
+      val idleSpan = reader.idle()
+      val names = client.pods().inNamespace(ns).list().getItems.asScala.map(_.getMetadata.getName).toVector
+      BenchOut.progress(s"drain $label: deleting ${names.size} pods, $RawInFlight at a time")
+      val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
+      val start = System.currentTimeMillis()
+      val failed = LagWorkload.parallel(names, RawInFlight) { n =>
+        scala.util.Try(client.pods().inNamespace(ns).withName(n).delete()).isFailure
+      }.count(identity)
+      val end = System.currentTimeMillis()
+      val cpu1 = BenchApi.controlPlaneCpuSeconds(api)
+      // Every DELETE answered before `parallel` returned, so the audit log has them all.
+      val all = deletes(api, ns, RawClient)
+      val ok = all.filter(_.status == 200)
+      val rate = rates(ok).collectFirst { case ("deletes_per_s", r: Double) => r }
+      val span = if (ok.isEmpty) None else Some((ok.map(_.atMillis).min, ok.map(_.atMillis).max))
+      BenchOut.line("drain", (Seq(
+        "system" -> "raw client",
+        "kind" -> s"$RawInFlight concurrent DELETEs (fabric8, ServiceAccount $RawClient)",
+        "pods" -> size.pods,
+        "finished_ago_s" -> FinishedAgoS) ++
+        apis.fields(api) ++
+        Seq(
+          "measured_over" -> "first to last DELETE",
+          "deletes_in_span" -> all.size,
+          "pods_deleted_in_span" -> LagWorkload.deletedPods(all).size) ++
+        rates(ok) ++
+        Seq(
+          "drained" -> (LagWorkload.deletedPods(all).size >= size.pods),
+          "pods_left" -> (size.pods - LagWorkload.deletedPods(all).size),
+          "client_wall_s" -> (end - start) / 1000.0,
+          "client_failures" -> failed,
+          "delete_requests" -> all.size) ++
+        reader.fields(idleSpan, span) ++
+        errors(all) ++
+        Seq(
+          "create_s" -> createS,
+          "create_writes_per_s" -> size.pods * writesPerPod / createS,
+          "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
+          "smoke" -> (size == Smoke))): _*)
+      rate.filter(r => !r.isNaN)
+    } finally {
+      client.close()
+      reader.close()
+    }
   }
 }

@@ -113,15 +113,17 @@ final class RealKube(
   /** The admin client (system:masters): creates namespaces, pods, RBAC objects. */
   val admin: KubernetesClient = clientWith(adminToken)
 
-  private def clientWith(token: String): KubernetesClient = {
-    val config: Config = new ConfigBuilder(Config.empty())
+  private def clientWith(token: String, inFlight: Int = 0): KubernetesClient = {
+    val builder = new ConfigBuilder(Config.empty())
       .withMasterUrl(url)
       .withCaCertFile(caFile)
       .withOauthToken(token)
       .withNamespace("default")
       .withRequestRetryBackoffLimit(0)
       .withWatchReconnectInterval(200)
-      .build()
+    // fabric8 sends its requests asynchronously through a dispatcher that allows 5 per host.
+    if (inFlight > 0) builder.withMaxConcurrentRequests(inFlight).withMaxConcurrentRequestsPerHost(inFlight)
+    val config: Config = builder.build()
     new KubernetesClientBuilder().withConfig(config).withHttpClientFactory(new OkHttpClientFactory()).build()
   }
 
@@ -222,6 +224,10 @@ final class RealKube(
 
   override def client(identity: String): KubernetesClient =
     if (isAdmin(identity)) clientWith(adminToken) else clientWith(serviceAccountToken(saName(identity))._1)
+
+  override def client(identity: String, inFlight: Int): KubernetesClient =
+    if (isAdmin(identity)) clientWith(adminToken, inFlight)
+    else clientWith(serviceAccountToken(saName(identity))._1, inFlight)
 
   /** A client with the token of ServiceAccount `sa` in `namespace`. */
   def serviceAccountClient(sa: String, namespace: String): KubernetesClient =

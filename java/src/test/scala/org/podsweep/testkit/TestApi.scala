@@ -18,6 +18,9 @@ trait TestApi extends AutoCloseable {
   /** A client with its own identity (bearer token), e.g. an informer's or the test's admin. */
   def client(token: String): KubernetesClient
 
+  /** [[client]] that may have `inFlight` requests in flight at once (where the server is real). */
+  def client(token: String, inFlight: Int): KubernetesClient = client(token)
+
   /**
    * The Kyuubi client keys (`kyuubi.kubernetes.master.address`, the credentials) of a server with
    * identity `identity`: on the mocks a bearer token naming it, on a real API server a
