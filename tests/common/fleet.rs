@@ -340,7 +340,7 @@ impl Fleet {
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log_file(id))
             .spawn()
             .expect("spawn a server process");
         let out = child.stdout.take().expect("child stdout");
@@ -894,8 +894,36 @@ pub fn backend_of(settings: &Settings) -> Arc<dyn Backend> {
     }
 }
 
+/// Where server `id`'s log goes: `$PODSWEEP_FLEET_LOG_DIR/server-<id>.log` (appended; INFO and
+/// above, or `RUST_LOG`) when that is set, else nowhere.
+fn log_file(id: usize) -> Stdio {
+    let Some(dir) = std::env::var_os(FLEET_LOG_DIR) else {
+        return Stdio::null();
+    };
+    let path = std::path::Path::new(&dir).join(format!("server-{id}.log"));
+    let _ = std::fs::create_dir_all(&dir);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map(Stdio::from)
+        .unwrap_or_else(|e| panic!("cannot open {path:?}: {e}"))
+}
+
+/// Names a directory for the fleet servers' logs.
+pub const FLEET_LOG_DIR: &str = "PODSWEEP_FLEET_LOG_DIR";
+
 /// A fleet server: one engine built from Kyuubi's keys; pods from stdin, leadership on stdout.
 fn child(spec: &str) {
+    if std::env::var_os(FLEET_LOG_DIR).is_some() {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .try_init();
+    }
     let spec: Value = serde_json::from_str(spec).expect("server spec");
     let id = spec["id"].as_u64().unwrap_or(0);
     let retain_ms = spec["retain_ms"].as_u64().unwrap_or(1000);
