@@ -71,11 +71,45 @@ pub enum Stage {
     Backoff,
 }
 
-/// Wall-clock milliseconds since the epoch, rounded up (0 stands for "none").
+/// The latest millisecond a record keeps (48 bits: the year 10889 of the wall clock).
+const MS_MAX: u64 = (1 << 48) - 1;
+
+/// Wall-clock milliseconds since the epoch, rounded up (0 stands for "none"; a time past
+/// [`MS_MAX`] counts as that).
 fn ms_ceil(t: SystemTime) -> u64 {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    u64::try_from(ms).unwrap_or(u64::MAX).clamp(1, MS_MAX)
+}
+
+/// A millisecond time of a record in 6 bytes (up to [`MS_MAX`]; 0 stands for "none"), so that
+/// the record's five times take 30 bytes instead of 40.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Ms([u16; 3]);
+
+impl Ms {
+    const NONE: Ms = Ms([0; 3]);
+
+    /// `ms` as it is: every caller passes [`ms_ceil`]'s or the timer clock's milliseconds, which
+    /// are at most [`MS_MAX`] (a larger one would count as that, never as an earlier time).
+    fn new(ms: u64) -> Self {
+        let ms = ms.min(MS_MAX);
+        Ms([ms as u16, (ms >> 16) as u16, (ms >> 32) as u16])
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 16) | (u64::from(self.0[2]) << 32)
+    }
+
+    fn is_none(self) -> bool {
+        self == Ms::NONE
+    }
+}
+
+impl std::fmt::Debug for Ms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.get())
+    }
 }
 
 fn from_ms(ms: u64) -> Option<SystemTime> {
@@ -101,14 +135,15 @@ pub struct Record {
     pub uid: Uid,
     pub tag: Ident,
     name: PodName,
-    /// Wall ms (rounded up); 0: none.
-    terminated_at: u64,
-    first_seen: u64,
-    seen_running: u64,
-    /// The armed timer, in ms on the tracker's timer clock; 0: none.
-    timer_at: u64,
-    /// Wall ms of the deadline while the record is overdue (in the overdue set); 0: not overdue.
-    overdue_since: u64,
+    /// Wall ms (rounded up); none: 0.
+    terminated_at: Ms,
+    first_seen: Ms,
+    seen_running: Ms,
+    /// The armed timer, in ms on the tracker's timer clock; none: not armed.
+    timer_at: Ms,
+    /// Wall ms of the deadline while the record is overdue (in the overdue set); none: not
+    /// overdue.
+    overdue_since: Ms,
     /// Failed DELETE attempts so far.
     pub attempts: u32,
     /// The pod's own retain period from its annotations, in whole seconds rounded up
@@ -129,7 +164,7 @@ pub struct Record {
 impl Record {
     /// Since when the record is overdue (its deadline, or when the cap made it due), if it is.
     pub fn overdue_since(&self) -> Option<SystemTime> {
-        from_ms(self.overdue_since)
+        from_ms(self.overdue_since.get())
     }
 
     /// The pod's name.
@@ -144,17 +179,17 @@ impl Record {
 
     /// When the pod terminated, as the pod says.
     pub fn terminated_at(&self) -> Option<SystemTime> {
-        from_ms(self.terminated_at)
+        from_ms(self.terminated_at.get())
     }
 
     /// When podsweep first saw the pod terminated.
     pub fn first_seen(&self) -> SystemTime {
-        from_ms(self.first_seen).unwrap_or(SystemTime::UNIX_EPOCH)
+        from_ms(self.first_seen.get()).unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// The last time the pod was seen in a non-terminal state, if it was.
     pub fn seen_running(&self) -> Option<SystemTime> {
-        from_ms(self.seen_running)
+        from_ms(self.seen_running.get())
     }
 
     /// What the pod's annotations ask for ([`Policy`]).
@@ -168,10 +203,10 @@ impl Record {
 
     /// The time the cap orders pods by: when the pod terminated, else when it was first seen so.
     fn age_key(&self) -> u64 {
-        if self.terminated_at != 0 {
-            self.terminated_at
+        if self.terminated_at.is_none() {
+            self.first_seen.get()
         } else {
-            self.first_seen
+            self.terminated_at.get()
         }
     }
 }
@@ -344,11 +379,11 @@ impl Tracker {
             tag: Ident::new(&obs.tag),
             name,
             state: obs.state,
-            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
-            first_seen: ms_ceil(now_wall),
-            seen_running: seen_running.map_or(0, ms_ceil),
-            timer_at: 0,
-            overdue_since: 0,
+            terminated_at: Ms::new(obs.terminated_at.map_or(0, ms_ceil)),
+            first_seen: Ms::new(ms_ceil(now_wall)),
+            seen_running: Ms::new(seen_running.map_or(0, ms_ceil)),
+            timer_at: Ms::NONE,
+            overdue_since: Ms::NONE,
             stage: Stage::Scheduled,
             attempts: 0,
             policy: POLICY_NONE,
@@ -404,10 +439,10 @@ impl Tracker {
         }
         if let Some(slot) = self.slot(uid) {
             let rec = &mut self.records[slot as usize];
-            if rec.terminated_at == 0 {
+            if rec.terminated_at.is_none() {
                 if let Some(t) = obs.terminated_at {
                     let before = rec.age_key();
-                    rec.terminated_at = ms_ceil(t);
+                    rec.terminated_at = Ms::new(ms_ceil(t));
                     let after = rec.age_key();
                     let scheduled = rec.stage == Stage::Scheduled;
                     if let (Some(by_age), true) = (&mut self.by_age, scheduled) {
@@ -491,11 +526,11 @@ impl Tracker {
         let (slot, _) = entry.remove();
         let rec = self.records.remove(slot as usize);
         self.counts[rec.stage as usize] -= 1;
-        if rec.timer_at != 0 {
+        if !rec.timer_at.is_none() {
             self.armed -= 1;
         }
-        if rec.overdue_since != 0 {
-            self.overdue.remove(&(rec.overdue_since, slot));
+        if !rec.overdue_since.is_none() {
+            self.overdue.remove(&(rec.overdue_since.get(), slot));
         }
         if let (Some(by_age), Stage::Scheduled) = (&mut self.by_age, rec.stage) {
             by_age.remove(&(rec.age_key(), slot));
@@ -585,8 +620,8 @@ impl Tracker {
         records
             .into_iter()
             .map(|(_, mut r)| {
-                r.timer_at = 0;
-                r.overdue_since = 0;
+                r.timer_at = Ms::NONE;
+                r.overdue_since = Ms::NONE;
                 (r.uid.clone(), r)
             })
             .collect()

@@ -453,3 +453,33 @@ fn the_oldest_overdue_comes_from_the_overdue_set() {
     assert_eq!((t.oldest_overdue(), t.overdue_count()), (None, 0));
     assert_eq!(t.count(Stage::Scheduled), 9_999);
 }
+
+#[test]
+fn a_record_is_small() {
+    // Two 16-byte idents, the name's pointer, five 6-byte times, two words and four bytes.
+    let size = std::mem::size_of::<Record>();
+    eprintln!("size_of::<Record>() = {size}");
+    assert!(size <= 88, "{size}");
+}
+
+#[test]
+fn record_times_keep_48_bits_and_count_later_ones_as_the_latest() {
+    for ms in [0, 1, 1_700_000_000_123, (1 << 32) + 5, MS_MAX - 1, MS_MAX] {
+        assert_eq!(Ms::new(ms).get(), ms);
+        assert_eq!(Ms::new(ms).is_none(), ms == 0);
+    }
+    assert_eq!(Ms::new(MS_MAX + 1).get(), MS_MAX);
+    assert_eq!(Ms::new(u64::MAX).get(), MS_MAX);
+    let far = SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 50);
+    assert_eq!(
+        ms_ceil(far),
+        MS_MAX,
+        "a time past the year 10889 counts as the latest"
+    );
+    let near = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_000_001);
+    assert_eq!(ms_ceil(near), 1_700_000_000_124, "rounded up");
+    assert_eq!(
+        from_ms(Ms::new(ms_ceil(near)).get()),
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_124))
+    );
+}
