@@ -83,6 +83,9 @@ impl Entry {
     }
 }
 
+/// The room for waiting entries an inbox keeps however few wait ([`PodQueue::take`]).
+const KEEP_ROOM: usize = 1024;
+
 #[derive(Debug, Default)]
 struct Waiting {
     epoch: u64,
@@ -100,9 +103,17 @@ impl PodQueue {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The task takes the entry of a [`Command::Pod`] token.
+    /// The task takes the entry of a [`Command::Pod`] token. A map that a burst grew (an
+    /// informer's first list of every pod) gives its room back as it drains: once it is less
+    /// than an eighth full, it shrinks to twice what it holds (amortised O(1) per entry taken).
     pub(super) fn take(&self, key: &PodKey) -> Option<Entry> {
-        self.lock().entries.remove(key)
+        let mut waiting = self.lock();
+        let entry = waiting.entries.remove(key);
+        let (len, room) = (waiting.entries.len(), waiting.entries.capacity());
+        if room > KEEP_ROOM && len < room / 8 {
+            waiting.entries.shrink_to((2 * len).max(KEEP_ROOM));
+        }
+        entry
     }
 
     /// How many pods have an entry waiting.
@@ -256,6 +267,32 @@ mod tests {
         assert_eq!(pods.len(), 1000);
         assert_eq!(rx.len(), 1000);
         assert_eq!(metrics.queued.load(Relaxed), 1000);
+    }
+
+    #[test]
+    fn the_room_a_burst_took_is_given_back_as_it_drains() {
+        let (inbox, mut rx, pods, _) = inbox();
+        let room = || pods.lock().entries.capacity();
+        for round in 0..2 {
+            for i in 0..100_000u32 {
+                let uid = format!("00000000-0000-0000-0000-{:012x}", i + 1);
+                inbox
+                    .observe(obs(&uid, EventKind::Update, AppState::Finished), None)
+                    .expect("queued");
+            }
+            assert!(room() >= 100_000, "round {round}: {}", room());
+            let mut taken = 0;
+            while let Ok(cmd) = rx.try_recv() {
+                if let Command::Pod(key) = cmd {
+                    assert!(pods.take(&key).is_some_and(|e| e.last.is_some()));
+                    taken += 1;
+                    // Never shrunk below what still waits, nor below twice that when shrunk.
+                    assert!(room() >= pods.len());
+                }
+            }
+            assert_eq!((taken, pods.len()), (100_000, 0));
+            assert!(room() <= 2 * KEEP_ROOM, "round {round}: {}", room());
+        }
     }
 
     #[test]
