@@ -23,16 +23,21 @@
 //! * The last time a driver pod was seen in a non-terminal state is kept while the pod lives, and
 //!   its termination is never dated earlier (see [`crate::schedule::anchor`]).
 //! * Times are kept in whole milliseconds, rounded up: a deadline computed from a record is never
-//!   earlier than one computed from the exact times.
+//!   earlier than one computed from the exact times. A record keeps 48 bits of them (up to the
+//!   year 10889); a later time counts as that latest one, never as an earlier time (and a pod's
+//!   own time past it is bounded by now in [`crate::schedule::anchor`] anyway).
 //! * A record has at most one armed timer; arming it again replaces the earlier one, and a record
 //!   that is removed loses its timer. Timers fire in deadline order.
 //! * The oldest overdue record (stage other than `Scheduled`) is found from the overdue set alone
 //!   ([`Tracker::oldest_overdue`], O(log due)), never from a scan of every record.
 //!
 //! # Memory
-//! One tracked pod costs one slab entry (the [`Record`], about 112 bytes, UID and tag inline when
-//! they are UUIDs, the pod name shared with the pods whose names have the same shape around their
-//! tag), a 4-byte index in the UID table and one 16-byte timer entry (see `benches/memory.rs`).
+//! One tracked pod costs one slab entry, the [`Record`] (88 bytes: UID and tag 16 bytes each,
+//! inline when they are UUIDs; the pod name one pointer, shared with the pods whose names have the
+//! same shape around their tag; its five times 6 bytes each), a 4-byte index in the UID table and
+//! one 8-byte timer entry; the engine adds 24 bytes for the pod in the scope's table of what its
+//! task was told ([`crate::seen`]). `cargo bench --bench memory -- memory` measures the whole,
+//! with the tables' spare room (`benches/memory.rs`; the figures are in `docs/performance.md`).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
