@@ -32,12 +32,13 @@
 //!   ([`Tracker::oldest_overdue`], O(log due)), never from a scan of every record.
 //!
 //! # Memory
-//! One tracked pod costs one slab entry, the [`Record`] (88 bytes: UID and tag 16 bytes each,
+//! One tracked pod costs one slab entry, the [`Record`] (80 bytes: UID and tag 16 bytes each,
 //! inline when they are UUIDs; the pod name one pointer, shared with the pods whose names have the
-//! same shape around their tag; its five times 6 bytes each), a 4-byte index in the UID table and
-//! one 8-byte timer entry; the engine adds 24 bytes for the pod in the scope's table of what its
-//! task was told ([`crate::seen`]). `cargo bench --bench memory -- memory` measures the whole,
-//! with the tables' spare room (`benches/memory.rs`; the figures are in `docs/performance.md`).
+//! same shape around their tag; its five times 6 bytes each; its stage and marks one byte), a
+//! 4-byte index in the UID table and one 8-byte timer entry; the engine adds 24 bytes for the pod
+//! in the scope's table of what its task was told ([`crate::seen`]). `cargo bench --bench memory
+//! -- memory` measures the whole, with the tables' spare room (`benches/memory.rs`; the figures
+//! are in `docs/performance.md`).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
@@ -155,18 +156,52 @@ pub struct Record {
     /// ([`POLICY_NONE`]: the operator's; [`POLICY_KEEP`]: kept until the cap).
     policy: u32,
     pub state: AppState,
-    /// Changed only through [`Tracker::set_stage`] / [`Tracker::set_due`], which keep the
-    /// per-stage counts and the overdue set.
-    pub stage: Stage,
-    /// Kyuubi asked for the pod to be deleted at once ([`Tracker::due_now`]: the pod of a
-    /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
-    /// and the cleanup kind, and never disarmed by a later running state.
-    pub immediate: bool,
-    /// Made due by the scope's cap, before its retain period ended.
-    pub capped: bool,
+    /// The stage ([`STAGE_BITS`]), [`IMMEDIATE`] and [`CAPPED`], in one byte: see
+    /// [`Record::stage`], [`Record::immediate`] and [`Record::capped`].
+    flags: u8,
+}
+
+/// The bits of [`Record::flags`] that hold the stage (`Stage as u8`).
+const STAGE_BITS: u8 = 0b11;
+/// [`Record::immediate`].
+const IMMEDIATE: u8 = 1 << 2;
+/// [`Record::capped`].
+const CAPPED: u8 = 1 << 3;
+
+impl Stage {
+    fn from_bits(flags: u8) -> Stage {
+        match flags & STAGE_BITS {
+            0 => Stage::Scheduled,
+            1 => Stage::Due,
+            2 => Stage::Deleting,
+            _ => Stage::Backoff,
+        }
+    }
 }
 
 impl Record {
+    /// Where the pod is in its life. Changed only through [`Tracker::set_stage`] /
+    /// [`Tracker::set_due`], which keep the per-stage counts and the overdue set.
+    pub fn stage(&self) -> Stage {
+        Stage::from_bits(self.flags)
+    }
+
+    fn set_stage_bits(&mut self, stage: Stage) {
+        self.flags = (self.flags & !STAGE_BITS) | stage as u8;
+    }
+
+    /// Kyuubi asked for the pod to be deleted at once ([`Tracker::due_now`]: the pod of a
+    /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
+    /// and the cleanup kind, and never disarmed by a later running state.
+    pub fn immediate(&self) -> bool {
+        self.flags & IMMEDIATE != 0
+    }
+
+    /// Made due by the scope's cap, before its retain period ended.
+    pub fn capped(&self) -> bool {
+        self.flags & CAPPED != 0
+    }
+
     /// Since when the record is overdue (its deadline, or when the cap made it due), if it is.
     pub fn overdue_since(&self) -> Option<SystemTime> {
         from_ms(self.overdue_since.get())
@@ -389,11 +424,9 @@ impl Tracker {
             seen_running: Ms::new(seen_running.map_or(0, ms_ceil)),
             timer_at: Ms::NONE,
             overdue_since: Ms::NONE,
-            stage: Stage::Scheduled,
             attempts: 0,
             policy: POLICY_NONE,
-            immediate,
-            capped: false,
+            flags: Stage::Scheduled as u8 | if immediate { IMMEDIATE } else { 0 },
         });
     }
 
@@ -425,7 +458,7 @@ impl Tracker {
         if !obs.state.is_terminated() {
             if self
                 .slot(uid)
-                .is_some_and(|s| self.records[s as usize].immediate)
+                .is_some_and(|s| self.records[s as usize].immediate())
             {
                 // Deleted at once whatever its state: a pod of a canceled batch runs.
                 return Verdict::Ignore;
@@ -449,7 +482,7 @@ impl Tracker {
                     let before = rec.age_key();
                     rec.terminated_at = Ms::new(ms_ceil(t));
                     let after = rec.age_key();
-                    let scheduled = rec.stage == Stage::Scheduled;
+                    let scheduled = rec.stage() == Stage::Scheduled;
                     if let (Some(by_age), true) = (&mut self.by_age, scheduled) {
                         by_age.remove(&(before, slot));
                         by_age.insert((after, slot));
@@ -494,7 +527,7 @@ impl Tracker {
         self.spared.remove(uid);
         let seen_running = self.running.remove(uid);
         if let Some(slot) = self.slot(uid) {
-            self.records[slot as usize].immediate = true;
+            self.records[slot as usize].flags |= IMMEDIATE;
             return Verdict::DueNow;
         }
         if self.records.len() >= MAX_TRACKED {
@@ -530,14 +563,14 @@ impl Tracker {
             .ok()?;
         let (slot, _) = entry.remove();
         let rec = self.records.remove(slot as usize);
-        self.counts[rec.stage as usize] -= 1;
+        self.counts[rec.stage() as usize] -= 1;
         if !rec.timer_at.is_none() {
             self.armed -= 1;
         }
         if !rec.overdue_since.is_none() {
             self.overdue.remove(&(rec.overdue_since.get(), slot));
         }
-        if let (Some(by_age), Stage::Scheduled) = (&mut self.by_age, rec.stage) {
+        if let (Some(by_age), Stage::Scheduled) = (&mut self.by_age, rec.stage()) {
             by_age.remove(&(rec.age_key(), slot));
         }
         self.compact_timers();

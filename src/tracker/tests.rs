@@ -456,10 +456,48 @@ fn the_oldest_overdue_comes_from_the_overdue_set() {
 
 #[test]
 fn a_record_is_small() {
-    // Two 16-byte idents, the name's pointer, five 6-byte times, two words and four bytes.
+    // Two 16-byte idents, the name's pointer, five 6-byte times, two words, the state and the
+    // flags byte.
     let size = std::mem::size_of::<Record>();
     eprintln!("size_of::<Record>() = {size}");
-    assert!(size <= 88, "{size}");
+    assert!(size <= 80, "{size}");
+}
+
+#[test]
+fn the_flags_byte_keeps_the_stage_and_both_marks_apart() {
+    let now = Instant::now();
+    let mut t = Tracker::new(Duration::from_secs(600));
+    let a = u("00000000-0000-0000-0000-00000000000a");
+    let o = obs(EventKind::Update, &a.to_string(), AppState::Finished);
+    assert_eq!(
+        t.observe(&a, &o, CleanupKind::All, SystemTime::UNIX_EPOCH, now),
+        Verdict::Arm
+    );
+    let flags = |t: &Tracker| {
+        let r = t.get(&a).expect("tracked");
+        (r.stage(), r.immediate(), r.capped())
+    };
+    assert_eq!(flags(&t), (Stage::Scheduled, false, false));
+    t.mark_capped(&a);
+    assert_eq!(flags(&t), (Stage::Scheduled, false, true));
+    for stage in [
+        Stage::Due,
+        Stage::Deleting,
+        Stage::Backoff,
+        Stage::Scheduled,
+    ] {
+        assert!(t.set_stage(&a, stage));
+        assert_eq!(flags(&t), (stage, false, true));
+        assert_eq!(t.count(stage), 1);
+    }
+    assert_eq!(
+        t.due_now(&a, &o, SystemTime::UNIX_EPOCH, now),
+        Verdict::DueNow
+    );
+    for stage in [Stage::Backoff, Stage::Deleting, Stage::Due] {
+        assert!(t.set_stage(&a, stage));
+        assert_eq!(flags(&t), (stage, true, true));
+    }
 }
 
 #[test]

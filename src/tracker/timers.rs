@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::{from_ms, ms_ceil, Ms, Stage, Tracker, Uid};
+use super::{from_ms, ms_ceil, Ms, Stage, Tracker, Uid, CAPPED};
 
 /// A timer entry in one word: the timer's millisecond (40 bits: 34 years of the timer clock) above
 /// the record's slot (24 bits, [`super::MAX_TRACKED`]); ordered by time first.
@@ -38,11 +38,11 @@ impl Tracker {
             return false;
         };
         let rec = &mut self.records[slot as usize];
-        self.counts[rec.stage as usize] -= 1;
+        self.counts[rec.stage() as usize] -= 1;
         self.counts[stage as usize] += 1;
         if let Some(by_age) = &mut self.by_age {
             // The cap counts the pods that wait for their retain period.
-            match (rec.stage == Stage::Scheduled, stage == Stage::Scheduled) {
+            match (rec.stage() == Stage::Scheduled, stage == Stage::Scheduled) {
                 (true, false) => {
                     by_age.remove(&(rec.age_key(), slot));
                 }
@@ -52,7 +52,7 @@ impl Tracker {
                 _ => {}
             }
         }
-        rec.stage = stage;
+        rec.set_stage_bits(stage);
         if stage == Stage::Scheduled {
             if !rec.overdue_since.is_none() {
                 self.overdue.remove(&(rec.overdue_since.get(), slot));
@@ -75,7 +75,7 @@ impl Tracker {
         let set = self
             .records
             .iter()
-            .filter(|(_, r)| r.stage == Stage::Scheduled)
+            .filter(|(_, r)| r.stage() == Stage::Scheduled)
             .map(|(slot, r)| (r.age_key(), slot as u32))
             .collect();
         self.by_age = Some(set);
@@ -95,7 +95,7 @@ impl Tracker {
     /// Notes that the cap made a record due.
     pub fn mark_capped(&mut self, uid: &Uid) {
         if let Some(slot) = self.slot(uid) {
-            self.records[slot as usize].capped = true;
+            self.records[slot as usize].flags |= CAPPED;
         }
     }
 
