@@ -48,7 +48,7 @@ use podsweep::ident::Ident;
 use podsweep::model::{AppState, CleanupKind, EventKind, Observation};
 use podsweep::scope::Scope;
 use podsweep::seen::{Head, SeenPods};
-use podsweep::tracker::Tracker;
+use podsweep::tracker::{Record, Tracker};
 
 /// Counts live heap bytes (allocated - freed) and their peak.
 struct Counting;
@@ -454,7 +454,10 @@ fn child(n: usize) -> Result<(), String> {
             "seen_table": per_pod(seen_bytes, n),
             "strings_in_tracker": strings.0,
             "strings_as_separate_allocations_were": strings.1,
+            "size_of_record": std::mem::size_of::<Record>(),
+            "size_of_ident": std::mem::size_of::<Ident>(),
         },
+        "queued_max_following": field(&st_following, "queued_max"),
         "live_bytes_left_after_close": after_close,
         "rss_cross_check": {
             "note": "process VmRSS, includes malloc overhead and freed-but-kept pages",

@@ -108,7 +108,7 @@ impl Sweeper {
             let Some(rec) = self.tracker.get(&uid) else {
                 continue;
             };
-            if rec.stage != Stage::Due {
+            if rec.stage() != Stage::Due {
                 continue;
             }
             if self.inflight_abort.contains_key(&uid) {
@@ -181,7 +181,7 @@ impl Sweeper {
         let deleting = self
             .tracker
             .get(&uid)
-            .is_some_and(|r| r.stage == Stage::Deleting);
+            .is_some_and(|r| r.stage() == Stage::Deleting);
         let Some(outcome) = outcome else {
             self.finishing.remove(&uid);
             // Not sent (lease ran out, scope paused) or aborted (leadership lost): the pod waits.
@@ -294,7 +294,7 @@ impl Sweeper {
         };
         let (name, tag, scope) = (&rec.name(), &rec.tag, &self.scope);
         match outcome.class {
-            OutcomeClass::Accepted if rec.immediate => {
+            OutcomeClass::Accepted if rec.immediate() => {
                 info!(
                     scope = %scope, pod = %name, uid = %uid, tag = %tag,
                     "{verb} driver pod {name} ({}, kyuubi-unique-tag={tag}) in scope {scope}, {late:.1}s after Kyuubi asked for its deletion",
@@ -302,7 +302,7 @@ impl Sweeper {
                 );
                 self.metrics.record_lag(late);
             }
-            OutcomeClass::Accepted if rec.capped => {
+            OutcomeClass::Accepted if rec.capped() => {
                 info!(
                     scope = %scope, pod = %name, uid = %uid, tag = %tag,
                     "{verb} terminated driver pod {name} ({}, kyuubi-unique-tag={tag}) in scope {scope} before its retain period ended: the scope was over its cap of {} terminated pods ({late:.1}s after)",
@@ -386,9 +386,9 @@ impl Sweeper {
 
     /// Why a record's pod goes, for its Event.
     fn why(&self, rec: &crate::tracker::Record) -> String {
-        if rec.immediate {
+        if rec.immediate() {
             "Kyuubi asked for its deletion".to_owned()
-        } else if rec.capped {
+        } else if rec.capped() {
             format!(
                 "the namespace was over the cap of {} terminated driver pods",
                 self.cfg.retention.max_terminated

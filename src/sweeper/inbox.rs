@@ -83,10 +83,14 @@ impl Entry {
     }
 }
 
+/// The room for waiting entries an inbox keeps once none waits ([`PodQueue::take`]).
+const KEEP_ROOM: usize = 1024;
+
 #[derive(Debug, Default)]
 struct Waiting {
     epoch: u64,
-    entries: HashMap<PodKey, Entry>,
+    /// Boxed: the map keeps room for the deepest backlog, at a pointer (not an entry) per slot.
+    entries: HashMap<PodKey, Box<Entry>>,
 }
 
 /// The entries of one scope's inbox, shared by its senders and its task.
@@ -100,9 +104,17 @@ impl PodQueue {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The task takes the entry of a [`Command::Pod`] token.
+    /// The task takes the entry of a [`Command::Pod`] token. A burst (an informer's first list
+    /// of every pod) grows the map; its slots hold boxed entries, so the room costs a key and a
+    /// pointer per slot while the backlog lasts, and the map gives it back once the backlog has
+    /// drained (shrinking an empty map only frees its table).
     pub(super) fn take(&self, key: &PodKey) -> Option<Entry> {
-        self.lock().entries.remove(key)
+        let mut waiting = self.lock();
+        let entry = waiting.entries.remove(key).map(|e| *e);
+        if waiting.entries.is_empty() && waiting.entries.capacity() > KEEP_ROOM {
+            waiting.entries.shrink_to(KEEP_ROOM);
+        }
+        entry
     }
 
     /// How many pods have an entry waiting.
@@ -165,7 +177,7 @@ impl Inbox {
             e.merge(obs);
             return Ok(());
         }
-        let mut e = Entry::default();
+        let mut e = Box::<Entry>::default();
         if let Some(at) = seen_running {
             e.saw_running(at);
         }
@@ -256,6 +268,30 @@ mod tests {
         assert_eq!(pods.len(), 1000);
         assert_eq!(rx.len(), 1000);
         assert_eq!(metrics.queued.load(Relaxed), 1000);
+    }
+
+    #[test]
+    fn the_room_a_burst_took_is_given_back_once_it_has_drained() {
+        let (inbox, mut rx, pods, _) = inbox();
+        let room = || pods.lock().entries.capacity();
+        for round in 0..2 {
+            for i in 0..100_000u32 {
+                let uid = format!("00000000-0000-0000-0000-{:012x}", i + 1);
+                inbox
+                    .observe(obs(&uid, EventKind::Update, AppState::Finished), None)
+                    .expect("queued");
+            }
+            assert!(room() >= 100_000, "round {round}: {}", room());
+            let mut taken = 0;
+            while let Ok(cmd) = rx.try_recv() {
+                if let Command::Pod(key) = cmd {
+                    assert!(pods.take(&key).is_some_and(|e| e.last.is_some()));
+                    taken += 1;
+                }
+            }
+            assert_eq!((taken, pods.len()), (100_000, 0));
+            assert!(room() <= 2 * KEEP_ROOM, "round {round}: {}", room());
+        }
     }
 
     #[test]

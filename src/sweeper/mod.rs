@@ -374,7 +374,7 @@ impl Sweeper {
         now_wall: std::time::SystemTime,
     ) -> Option<Duration> {
         let retain = self.retain_of(rec)?;
-        if rec.immediate {
+        if rec.immediate() {
             return Some(Duration::ZERO);
         }
         Some(schedule::time_left(
@@ -391,11 +391,11 @@ impl Sweeper {
         rec: &crate::tracker::Record,
         now_wall: std::time::SystemTime,
     ) -> std::time::SystemTime {
-        if rec.immediate {
+        if rec.immediate() {
             // Due from the moment Kyuubi asked.
             return rec.first_seen();
         }
-        match (rec.capped, self.retain_of(rec)) {
+        match (rec.capped(), self.retain_of(rec)) {
             (false, Some(retain)) => schedule::deadline(
                 rec.terminated_at(),
                 rec.first_seen(),
@@ -505,7 +505,7 @@ impl Sweeper {
         if self
             .tracker
             .get(&uid)
-            .is_some_and(|r| r.stage == Stage::Scheduled)
+            .is_some_and(|r| r.stage() == Stage::Scheduled)
         {
             self.tracker.disarm(&uid);
             if self.make_due(uid, now_wall) {
@@ -528,7 +528,7 @@ impl Sweeper {
         if self.due.len() > 2 * live + 64 {
             let tracker = &self.tracker;
             self.due
-                .retain(|u| tracker.get(u).is_some_and(|r| r.stage == Stage::Due));
+                .retain(|u| tracker.get(u).is_some_and(|r| r.stage() == Stage::Due));
         }
     }
 

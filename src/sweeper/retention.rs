@@ -83,7 +83,7 @@ impl Sweeper {
     /// The retain period of a record; `None`: kept (`podsweep.org/keep`), only the cap deletes
     /// it. An immediate record (Kyuubi asked for it) waits for nothing.
     pub(super) fn retain_of(&self, rec: &Record) -> Option<Duration> {
-        if rec.immediate {
+        if rec.immediate() {
             return Some(Duration::ZERO);
         }
         let r = &self.cfg.retention;
@@ -189,7 +189,7 @@ impl Sweeper {
         let Some(rec) = self.tracker.get(&uid) else {
             return;
         };
-        if rec.stage != Stage::Scheduled {
+        if rec.stage() != Stage::Scheduled {
             return;
         }
         match self.time_left(rec, now_wall) {

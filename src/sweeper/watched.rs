@@ -70,7 +70,11 @@ impl Sweeper {
     /// After a DELETE ended: a record armed again for its UID while it was in flight waits no
     /// longer.
     pub(super) fn requeue_rearmed(&mut self, uid: &Uid) {
-        if self.tracker.get(uid).is_some_and(|r| r.stage == Stage::Due) {
+        if self
+            .tracker
+            .get(uid)
+            .is_some_and(|r| r.stage() == Stage::Due)
+        {
             self.due.push_front(uid.clone());
         }
     }

@@ -23,16 +23,22 @@
 //! * The last time a driver pod was seen in a non-terminal state is kept while the pod lives, and
 //!   its termination is never dated earlier (see [`crate::schedule::anchor`]).
 //! * Times are kept in whole milliseconds, rounded up: a deadline computed from a record is never
-//!   earlier than one computed from the exact times.
+//!   earlier than one computed from the exact times. A record keeps 48 bits of them (up to the
+//!   year 10889); a later time counts as that latest one, never as an earlier time (and a pod's
+//!   own time past it is bounded by now in [`crate::schedule::anchor`] anyway).
 //! * A record has at most one armed timer; arming it again replaces the earlier one, and a record
 //!   that is removed loses its timer. Timers fire in deadline order.
 //! * The oldest overdue record (stage other than `Scheduled`) is found from the overdue set alone
 //!   ([`Tracker::oldest_overdue`], O(log due)), never from a scan of every record.
 //!
 //! # Memory
-//! One tracked pod costs one slab entry (the [`Record`], about 112 bytes, UID and tag inline when
-//! they are UUIDs, the pod name shared with the pods whose names have the same shape around their
-//! tag), a 4-byte index in the UID table and one 16-byte timer entry (see `benches/memory.rs`).
+//! One tracked pod costs one slab entry, the [`Record`] (80 bytes: UID and tag 16 bytes each,
+//! inline when they are UUIDs; the pod name one pointer, shared with the pods whose names have the
+//! same shape around their tag; its five times 6 bytes each; its stage and marks one byte), a
+//! 4-byte index in the UID table and one 8-byte timer entry; the engine adds 24 bytes for the pod
+//! in the scope's table of what its task was told ([`crate::seen`]). `cargo bench --bench memory
+//! -- memory` measures the whole, with the tables' spare room (`benches/memory.rs`; the figures
+//! are in `docs/performance.md`).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
@@ -71,11 +77,45 @@ pub enum Stage {
     Backoff,
 }
 
-/// Wall-clock milliseconds since the epoch, rounded up (0 stands for "none").
+/// The latest millisecond a record keeps (48 bits: the year 10889 of the wall clock).
+const MS_MAX: u64 = (1 << 48) - 1;
+
+/// Wall-clock milliseconds since the epoch, rounded up (0 stands for "none"; a time past
+/// [`MS_MAX`] counts as that).
 fn ms_ceil(t: SystemTime) -> u64 {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    u64::try_from(ms).unwrap_or(u64::MAX).clamp(1, MS_MAX)
+}
+
+/// A millisecond time of a record in 6 bytes (up to [`MS_MAX`]; 0 stands for "none"), so that
+/// the record's five times take 30 bytes instead of 40.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Ms([u16; 3]);
+
+impl Ms {
+    const NONE: Ms = Ms([0; 3]);
+
+    /// `ms` as it is: every caller passes [`ms_ceil`]'s or the timer clock's milliseconds, which
+    /// are at most [`MS_MAX`] (a larger one would count as that, never as an earlier time).
+    fn new(ms: u64) -> Self {
+        let ms = ms.min(MS_MAX);
+        Ms([ms as u16, (ms >> 16) as u16, (ms >> 32) as u16])
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 16) | (u64::from(self.0[2]) << 32)
+    }
+
+    fn is_none(self) -> bool {
+        self == Ms::NONE
+    }
+}
+
+impl std::fmt::Debug for Ms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.get())
+    }
 }
 
 fn from_ms(ms: u64) -> Option<SystemTime> {
@@ -101,35 +141,70 @@ pub struct Record {
     pub uid: Uid,
     pub tag: Ident,
     name: PodName,
-    /// Wall ms (rounded up); 0: none.
-    terminated_at: u64,
-    first_seen: u64,
-    seen_running: u64,
-    /// The armed timer, in ms on the tracker's timer clock; 0: none.
-    timer_at: u64,
-    /// Wall ms of the deadline while the record is overdue (in the overdue set); 0: not overdue.
-    overdue_since: u64,
+    /// Wall ms (rounded up); none: 0.
+    terminated_at: Ms,
+    first_seen: Ms,
+    seen_running: Ms,
+    /// The armed timer, in ms on the tracker's timer clock; none: not armed.
+    timer_at: Ms,
+    /// Wall ms of the deadline while the record is overdue (in the overdue set); none: not
+    /// overdue.
+    overdue_since: Ms,
     /// Failed DELETE attempts so far.
     pub attempts: u32,
     /// The pod's own retain period from its annotations, in whole seconds rounded up
     /// ([`POLICY_NONE`]: the operator's; [`POLICY_KEEP`]: kept until the cap).
     policy: u32,
     pub state: AppState,
-    /// Changed only through [`Tracker::set_stage`] / [`Tracker::set_due`], which keep the
-    /// per-stage counts and the overdue set.
-    pub stage: Stage,
-    /// Kyuubi asked for the pod to be deleted at once ([`Tracker::due_now`]: the pod of a
-    /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
-    /// and the cleanup kind, and never disarmed by a later running state.
-    pub immediate: bool,
-    /// Made due by the scope's cap, before its retain period ended.
-    pub capped: bool,
+    /// The stage ([`STAGE_BITS`]), [`IMMEDIATE`] and [`CAPPED`], in one byte: see
+    /// [`Record::stage`], [`Record::immediate`] and [`Record::capped`].
+    flags: u8,
+}
+
+/// The bits of [`Record::flags`] that hold the stage (`Stage as u8`).
+const STAGE_BITS: u8 = 0b11;
+/// [`Record::immediate`].
+const IMMEDIATE: u8 = 1 << 2;
+/// [`Record::capped`].
+const CAPPED: u8 = 1 << 3;
+
+impl Stage {
+    fn from_bits(flags: u8) -> Stage {
+        match flags & STAGE_BITS {
+            0 => Stage::Scheduled,
+            1 => Stage::Due,
+            2 => Stage::Deleting,
+            _ => Stage::Backoff,
+        }
+    }
 }
 
 impl Record {
+    /// Where the pod is in its life. Changed only through [`Tracker::set_stage`] /
+    /// [`Tracker::set_due`], which keep the per-stage counts and the overdue set.
+    pub fn stage(&self) -> Stage {
+        Stage::from_bits(self.flags)
+    }
+
+    fn set_stage_bits(&mut self, stage: Stage) {
+        self.flags = (self.flags & !STAGE_BITS) | stage as u8;
+    }
+
+    /// Kyuubi asked for the pod to be deleted at once ([`Tracker::due_now`]: the pod of a
+    /// CANCELED batch, an orphan pod): due from the moment podsweep was told, whatever its state
+    /// and the cleanup kind, and never disarmed by a later running state.
+    pub fn immediate(&self) -> bool {
+        self.flags & IMMEDIATE != 0
+    }
+
+    /// Made due by the scope's cap, before its retain period ended.
+    pub fn capped(&self) -> bool {
+        self.flags & CAPPED != 0
+    }
+
     /// Since when the record is overdue (its deadline, or when the cap made it due), if it is.
     pub fn overdue_since(&self) -> Option<SystemTime> {
-        from_ms(self.overdue_since)
+        from_ms(self.overdue_since.get())
     }
 
     /// The pod's name.
@@ -144,17 +219,17 @@ impl Record {
 
     /// When the pod terminated, as the pod says.
     pub fn terminated_at(&self) -> Option<SystemTime> {
-        from_ms(self.terminated_at)
+        from_ms(self.terminated_at.get())
     }
 
     /// When podsweep first saw the pod terminated.
     pub fn first_seen(&self) -> SystemTime {
-        from_ms(self.first_seen).unwrap_or(SystemTime::UNIX_EPOCH)
+        from_ms(self.first_seen.get()).unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// The last time the pod was seen in a non-terminal state, if it was.
     pub fn seen_running(&self) -> Option<SystemTime> {
-        from_ms(self.seen_running)
+        from_ms(self.seen_running.get())
     }
 
     /// What the pod's annotations ask for ([`Policy`]).
@@ -168,10 +243,10 @@ impl Record {
 
     /// The time the cap orders pods by: when the pod terminated, else when it was first seen so.
     fn age_key(&self) -> u64 {
-        if self.terminated_at != 0 {
-            self.terminated_at
+        if self.terminated_at.is_none() {
+            self.first_seen.get()
         } else {
-            self.first_seen
+            self.terminated_at.get()
         }
     }
 }
@@ -344,16 +419,14 @@ impl Tracker {
             tag: Ident::new(&obs.tag),
             name,
             state: obs.state,
-            terminated_at: obs.terminated_at.map_or(0, ms_ceil),
-            first_seen: ms_ceil(now_wall),
-            seen_running: seen_running.map_or(0, ms_ceil),
-            timer_at: 0,
-            overdue_since: 0,
-            stage: Stage::Scheduled,
+            terminated_at: Ms::new(obs.terminated_at.map_or(0, ms_ceil)),
+            first_seen: Ms::new(ms_ceil(now_wall)),
+            seen_running: Ms::new(seen_running.map_or(0, ms_ceil)),
+            timer_at: Ms::NONE,
+            overdue_since: Ms::NONE,
             attempts: 0,
             policy: POLICY_NONE,
-            immediate,
-            capped: false,
+            flags: Stage::Scheduled as u8 | if immediate { IMMEDIATE } else { 0 },
         });
     }
 
@@ -385,7 +458,7 @@ impl Tracker {
         if !obs.state.is_terminated() {
             if self
                 .slot(uid)
-                .is_some_and(|s| self.records[s as usize].immediate)
+                .is_some_and(|s| self.records[s as usize].immediate())
             {
                 // Deleted at once whatever its state: a pod of a canceled batch runs.
                 return Verdict::Ignore;
@@ -404,12 +477,12 @@ impl Tracker {
         }
         if let Some(slot) = self.slot(uid) {
             let rec = &mut self.records[slot as usize];
-            if rec.terminated_at == 0 {
+            if rec.terminated_at.is_none() {
                 if let Some(t) = obs.terminated_at {
                     let before = rec.age_key();
-                    rec.terminated_at = ms_ceil(t);
+                    rec.terminated_at = Ms::new(ms_ceil(t));
                     let after = rec.age_key();
-                    let scheduled = rec.stage == Stage::Scheduled;
+                    let scheduled = rec.stage() == Stage::Scheduled;
                     if let (Some(by_age), true) = (&mut self.by_age, scheduled) {
                         by_age.remove(&(before, slot));
                         by_age.insert((after, slot));
@@ -454,7 +527,7 @@ impl Tracker {
         self.spared.remove(uid);
         let seen_running = self.running.remove(uid);
         if let Some(slot) = self.slot(uid) {
-            self.records[slot as usize].immediate = true;
+            self.records[slot as usize].flags |= IMMEDIATE;
             return Verdict::DueNow;
         }
         if self.records.len() >= MAX_TRACKED {
@@ -490,14 +563,14 @@ impl Tracker {
             .ok()?;
         let (slot, _) = entry.remove();
         let rec = self.records.remove(slot as usize);
-        self.counts[rec.stage as usize] -= 1;
-        if rec.timer_at != 0 {
+        self.counts[rec.stage() as usize] -= 1;
+        if !rec.timer_at.is_none() {
             self.armed -= 1;
         }
-        if rec.overdue_since != 0 {
-            self.overdue.remove(&(rec.overdue_since, slot));
+        if !rec.overdue_since.is_none() {
+            self.overdue.remove(&(rec.overdue_since.get(), slot));
         }
-        if let (Some(by_age), Stage::Scheduled) = (&mut self.by_age, rec.stage) {
+        if let (Some(by_age), Stage::Scheduled) = (&mut self.by_age, rec.stage()) {
             by_age.remove(&(rec.age_key(), slot));
         }
         self.compact_timers();
@@ -585,8 +658,8 @@ impl Tracker {
         records
             .into_iter()
             .map(|(_, mut r)| {
-                r.timer_at = 0;
-                r.overdue_since = 0;
+                r.timer_at = Ms::NONE;
+                r.overdue_since = Ms::NONE;
                 (r.uid.clone(), r)
             })
             .collect()

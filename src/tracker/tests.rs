@@ -453,3 +453,71 @@ fn the_oldest_overdue_comes_from_the_overdue_set() {
     assert_eq!((t.oldest_overdue(), t.overdue_count()), (None, 0));
     assert_eq!(t.count(Stage::Scheduled), 9_999);
 }
+
+#[test]
+fn a_record_is_small() {
+    // Two 16-byte idents, the name's pointer, five 6-byte times, two words, the state and the
+    // flags byte.
+    let size = std::mem::size_of::<Record>();
+    eprintln!("size_of::<Record>() = {size}");
+    assert!(size <= 80, "{size}");
+}
+
+#[test]
+fn the_flags_byte_keeps_the_stage_and_both_marks_apart() {
+    let now = Instant::now();
+    let mut t = Tracker::new(Duration::from_secs(600));
+    let a = u("00000000-0000-0000-0000-00000000000a");
+    let o = obs(EventKind::Update, &a.to_string(), AppState::Finished);
+    assert_eq!(
+        t.observe(&a, &o, CleanupKind::All, SystemTime::UNIX_EPOCH, now),
+        Verdict::Arm
+    );
+    let flags = |t: &Tracker| {
+        let r = t.get(&a).expect("tracked");
+        (r.stage(), r.immediate(), r.capped())
+    };
+    assert_eq!(flags(&t), (Stage::Scheduled, false, false));
+    t.mark_capped(&a);
+    assert_eq!(flags(&t), (Stage::Scheduled, false, true));
+    for stage in [
+        Stage::Due,
+        Stage::Deleting,
+        Stage::Backoff,
+        Stage::Scheduled,
+    ] {
+        assert!(t.set_stage(&a, stage));
+        assert_eq!(flags(&t), (stage, false, true));
+        assert_eq!(t.count(stage), 1);
+    }
+    assert_eq!(
+        t.due_now(&a, &o, SystemTime::UNIX_EPOCH, now),
+        Verdict::DueNow
+    );
+    for stage in [Stage::Backoff, Stage::Deleting, Stage::Due] {
+        assert!(t.set_stage(&a, stage));
+        assert_eq!(flags(&t), (stage, true, true));
+    }
+}
+
+#[test]
+fn record_times_keep_48_bits_and_count_later_ones_as_the_latest() {
+    for ms in [0, 1, 1_700_000_000_123, (1 << 32) + 5, MS_MAX - 1, MS_MAX] {
+        assert_eq!(Ms::new(ms).get(), ms);
+        assert_eq!(Ms::new(ms).is_none(), ms == 0);
+    }
+    assert_eq!(Ms::new(MS_MAX + 1).get(), MS_MAX);
+    assert_eq!(Ms::new(u64::MAX).get(), MS_MAX);
+    let far = SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 50);
+    assert_eq!(
+        ms_ceil(far),
+        MS_MAX,
+        "a time past the year 10889 counts as the latest"
+    );
+    let near = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_000_001);
+    assert_eq!(ms_ceil(near), 1_700_000_000_124, "rounded up");
+    assert_eq!(
+        from_ms(Ms::new(ms_ceil(near)).get()),
+        Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_124))
+    );
+}

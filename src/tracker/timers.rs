@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use super::{from_ms, ms_ceil, Stage, Tracker, Uid};
+use super::{from_ms, ms_ceil, Ms, Stage, Tracker, Uid, CAPPED};
 
 /// A timer entry in one word: the timer's millisecond (40 bits: 34 years of the timer clock) above
 /// the record's slot (24 bits, [`super::MAX_TRACKED`]); ordered by time first.
@@ -38,11 +38,11 @@ impl Tracker {
             return false;
         };
         let rec = &mut self.records[slot as usize];
-        self.counts[rec.stage as usize] -= 1;
+        self.counts[rec.stage() as usize] -= 1;
         self.counts[stage as usize] += 1;
         if let Some(by_age) = &mut self.by_age {
             // The cap counts the pods that wait for their retain period.
-            match (rec.stage == Stage::Scheduled, stage == Stage::Scheduled) {
+            match (rec.stage() == Stage::Scheduled, stage == Stage::Scheduled) {
                 (true, false) => {
                     by_age.remove(&(rec.age_key(), slot));
                 }
@@ -52,15 +52,16 @@ impl Tracker {
                 _ => {}
             }
         }
-        rec.stage = stage;
+        rec.set_stage_bits(stage);
         if stage == Stage::Scheduled {
-            if rec.overdue_since != 0 {
-                self.overdue.remove(&(rec.overdue_since, slot));
-                rec.overdue_since = 0;
+            if !rec.overdue_since.is_none() {
+                self.overdue.remove(&(rec.overdue_since.get(), slot));
+                rec.overdue_since = Ms::NONE;
             }
-        } else if rec.overdue_since == 0 {
-            rec.overdue_since = ms_ceil(deadline.unwrap_or_else(SystemTime::now));
-            self.overdue.insert((rec.overdue_since, slot));
+        } else if rec.overdue_since.is_none() {
+            let since = ms_ceil(deadline.unwrap_or_else(SystemTime::now));
+            rec.overdue_since = Ms::new(since);
+            self.overdue.insert((since, slot));
         }
         true
     }
@@ -74,7 +75,7 @@ impl Tracker {
         let set = self
             .records
             .iter()
-            .filter(|(_, r)| r.stage == Stage::Scheduled)
+            .filter(|(_, r)| r.stage() == Stage::Scheduled)
             .map(|(slot, r)| (r.age_key(), slot as u32))
             .collect();
         self.by_age = Some(set);
@@ -94,7 +95,7 @@ impl Tracker {
     /// Notes that the cap made a record due.
     pub fn mark_capped(&mut self, uid: &Uid) {
         if let Some(slot) = self.slot(uid) {
-            self.records[slot as usize].capped = true;
+            self.records[slot as usize].flags |= CAPPED;
         }
     }
 
@@ -140,13 +141,13 @@ impl Tracker {
         };
         let ms = self.timer_ms(at);
         let rec = &mut self.records[slot as usize];
-        if rec.timer_at == ms {
+        if rec.timer_at.get() == ms {
             return true;
         }
-        if rec.timer_at == 0 {
+        if rec.timer_at.is_none() {
             self.armed += 1;
         }
-        rec.timer_at = ms;
+        rec.timer_at = Ms::new(ms);
         self.timers.push(Reverse(pack(ms, slot)));
         self.compact_timers();
         true
@@ -156,8 +157,8 @@ impl Tracker {
     pub fn disarm(&mut self, uid: &Uid) {
         if let Some(slot) = self.slot(uid) {
             let rec = &mut self.records[slot as usize];
-            if rec.timer_at != 0 {
-                rec.timer_at = 0;
+            if !rec.timer_at.is_none() {
+                rec.timer_at = Ms::NONE;
                 self.armed -= 1;
                 self.compact_timers();
             }
@@ -167,7 +168,7 @@ impl Tracker {
     /// Disarms every timer.
     pub fn disarm_all(&mut self) {
         for (_, rec) in self.records.iter_mut() {
-            rec.timer_at = 0;
+            rec.timer_at = Ms::NONE;
         }
         self.timers.clear();
         self.armed = 0;
@@ -181,7 +182,7 @@ impl Tracker {
     fn is_live(&self, ms: u64, slot: u32) -> bool {
         self.records
             .get(slot as usize)
-            .is_some_and(|r| r.timer_at == ms)
+            .is_some_and(|r| r.timer_at.get() == ms)
     }
 
     /// When the earliest armed timer fires, if one is armed.
@@ -211,7 +212,7 @@ impl Tracker {
             }
             self.timers.pop();
             let rec = &mut self.records[slot as usize];
-            rec.timer_at = 0;
+            rec.timer_at = Ms::NONE;
             self.armed -= 1;
             return Some(rec.uid.clone());
         }
@@ -224,7 +225,9 @@ impl Tracker {
             let records = &self.records;
             self.timers.retain(|Reverse(key)| {
                 let (ms, slot) = unpack(*key);
-                records.get(slot as usize).is_some_and(|r| r.timer_at == ms)
+                records
+                    .get(slot as usize)
+                    .is_some_and(|r| r.timer_at.get() == ms)
             });
         }
     }
