@@ -39,6 +39,10 @@
 //!   campaign returns within milliseconds. A waiting candidate drops its campaign call and
 //!   deletes its key. Only that scope's key goes; the lease is revoked when the last scope using
 //!   it has ended.
+//! * A waiting candidate does not rely on etcd's campaign call alone to learn that its turn came
+//!   (etcd 3.4.23 left some open): one DELETE-only watch per session on the election root wakes
+//!   it when a key of its election goes, and a call still open [`wakeups::WAKE_GRACE`] later
+//!   while its key is the first is made again (module `wakeups`).
 //!
 //! # Caveats
 //! * Leadership is an efficiency lock, not a correctness lock. Jepsen (etcd 3.4.3) found that
