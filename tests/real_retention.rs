@@ -804,16 +804,27 @@ async fn drain_side_by_side_raw_default_and_ceiling() {
         ),
     )
     .await;
+    // What sparing the reader costs: the adaptive limit held to two and to one DELETE in flight.
+    let mut few = Vec::new();
+    for (inflight, ns) in [("2", "drain-inflight-2"), ("1", "drain-inflight-1")] {
+        let label = format!("podsweep, maxInFlight={inflight}");
+        let extra = [(keys::MAX_IN_FLIGHT, inflight)];
+        let drained = podsweep_drain(k, ns, n, ns, &extra);
+        few.push(drain_phase(k, &label, ns, n, &reader_token, drained).await);
+    }
     let rate = |v: &serde_json::Value| v["deletes_per_s"].as_f64().unwrap_or(f64::NAN);
     println!(
         "{}",
         json!({"bench": "real_retention", "case": "drain_side_by_side", "stamp": stamp(),
             "reader_idle_p99_ms": idle_p99, "reader_idle_requests": idle.len(),
-            "runs": [raw, default, ceiling],
+            "runs": [raw, default, ceiling, few[0], few[1]],
             "default_vs_raw": (rate(&default) / rate(&raw) * 100.0).round() / 100.0,
             "default_reader_p99_vs_idle": (default["reader_p99_ms"].as_f64().unwrap_or(f64::NAN) / idle_p99 * 100.0).round() / 100.0})
     );
     assert_eq!(default["deleted"], n);
     assert_eq!(ceiling["deleted"], n);
     assert!(rate(&ceiling) <= 110.0, "the ceiling holds: {ceiling}");
+    for run in &few {
+        assert_eq!(run["deleted"], n, "{run}");
+    }
 }
