@@ -125,6 +125,8 @@ impl ZkSettings {
 pub(super) fn parse_ha<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<HaSettings, ConfigError> {
+    // Checked whatever the backend (used only on etcd), so a bad value is refused at once.
+    let lease_ttl = election_lease_ttl(get)?;
     let addresses = get(keys::HA_ADDRESSES).or_else(|| get(keys::HA_ZK_QUORUM));
     let Some(addresses) = addresses else {
         return Ok(HaSettings::Local);
@@ -154,7 +156,7 @@ pub(super) fn parse_ha<'a>(
     }
     match class {
         ZK_CLIENT_CLASS => {}
-        ETCD_CLIENT_CLASS => return parse_etcd(get, addresses, namespace),
+        ETCD_CLIENT_CLASS => return parse_etcd(get, addresses, namespace, lease_ttl),
         other => {
             return Err(ConfigError::invalid(
                 keys::HA_CLIENT_CLASS,
@@ -285,6 +287,7 @@ fn parse_etcd<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
     addresses: &str,
     namespace: String,
+    lease_ttl: Duration,
 ) -> Result<HaSettings, ConfigError> {
     let tls = if parse_bool(keys::ETCD_SSL_ENABLED, get(keys::ETCD_SSL_ENABLED), false)? {
         let need = |key: &str| {
@@ -335,7 +338,7 @@ fn parse_etcd<'a>(
     Ok(HaSettings::Etcd(EtcdSettings {
         endpoints,
         namespace,
-        lease_ttl: election_lease_ttl(get)?,
+        lease_ttl,
         tls,
     }))
 }
@@ -345,11 +348,8 @@ fn parse_etcd<'a>(
 /// within 30 s (sooner than on ZooKeeper, where Kyuubi's session timeout is 60 s).
 pub const DEFAULT_ELECTION_LEASE: Duration = Duration::from_secs(30);
 
-/// `ha.etcd.leaseTimeout` in whole seconds (etcd grants leases in seconds), rounded up; read and
-/// checked whatever the backend, so a bad value is refused before anyone needs it.
-pub(super) fn election_lease_ttl<'a>(
-    get: &impl Fn(&str) -> Option<&'a str>,
-) -> Result<Duration, ConfigError> {
+/// `ha.etcd.leaseTimeout` in whole seconds (etcd grants leases in seconds), rounded up.
+fn election_lease_ttl<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<Duration, ConfigError> {
     let Some(v) = get(keys::ETCD_ELECTION_LEASE) else {
         return Ok(DEFAULT_ELECTION_LEASE);
     };

@@ -268,8 +268,6 @@ impl Settings {
                 .unwrap_or_default()
         };
         let ha = parse_ha(&get)?;
-        // Checked whatever the backend (used only on etcd).
-        ha::election_lease_ttl(&get)?;
         let leaderless_alert = match lookup(&get, keys::HEALTH_ALERT_AFTER) {
             None => Duration::from_secs(120),
             Some((key, v)) => positive_time(key, v)?,

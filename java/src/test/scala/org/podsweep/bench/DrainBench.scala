@@ -345,9 +345,13 @@ object DrainBench {
     }
   }
 
+  /** `deletes_per_s` of these DELETEs (answered 200), as [[rates]] computes it. */
+  private def deletesPerS(ok: Seq[Recorded]): Option[Double] =
+    rates(ok).collectFirst { case ("deletes_per_s", r: Double) if !r.isNaN => r }
+
   /** `deletes_per_s` of these DELETEs (answered 200) over the raw client's. */
   private def ofRaw(ok: Seq[Recorded], raw: Option[Double]): Seq[(String, Any)] = {
-    val rate = rates(ok).collectFirst { case ("deletes_per_s", r: Double) => r }.getOrElse(Double.NaN)
+    val rate = deletesPerS(ok).getOrElse(Double.NaN)
     Seq("of_raw" -> raw.filter(_ > 0).map(r => rate / r).getOrElse(Double.NaN))
   }
 
@@ -377,7 +381,6 @@ object DrainBench {
       // Every DELETE answered before `parallel` returned, so the audit log has them all.
       val all = deletes(api, ns, RawClient)
       val ok = all.filter(_.status == 200)
-      val rate = rates(ok).collectFirst { case ("deletes_per_s", r: Double) => r }
       val span = if (ok.isEmpty) None else Some((ok.map(_.atMillis).min, ok.map(_.atMillis).max))
       BenchOut.line("drain", (Seq(
         "system" -> "raw client",
@@ -403,7 +406,7 @@ object DrainBench {
           "create_writes_per_s" -> size.pods * writesPerPod / createS,
           "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
           "smoke" -> (size == Smoke))): _*)
-      rate.filter(r => !r.isNaN)
+      deletesPerS(ok)
     } finally {
       client.close()
       reader.close()
