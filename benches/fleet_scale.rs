@@ -30,7 +30,7 @@ use common::process::poll_until;
 use podsweep::config::{keys, HaSettings, Settings, ETCD_CLIENT_CLASS};
 use podsweep::election::etcd::EtcdBackend;
 use podsweep::election::zookeeper::ZooKeeperBackend;
-use podsweep::kube_client::{resolve, NAMESPACE_UID_PREFIX};
+use podsweep::kube_client::resolve;
 use podsweep::scope::Scope;
 use serde_json::json;
 
@@ -152,17 +152,11 @@ impl Coordinator {
     async fn sessions_by_server(&self, scopes: usize, api_url: &str) -> Vec<usize> {
         let mut conf = self.conf();
         conf.insert(MASTER.to_owned(), api_url.to_owned());
-        // The election key: the namespace's identity, as the pods API publishes it.
+        // The election key: the cluster's identity, as the pods API publishes it.
         let key = |i: usize| {
             let named = resolve(&conf, &scope_of(i)).expect("the scope's cluster");
             let ns = named.namespace.clone().unwrap_or_default();
-            Scope::new(
-                Some(&format!(
-                    "{NAMESPACE_UID_PREFIX}{}",
-                    common::pods_api::root_ca_uid(&ns)
-                )),
-                Some(&ns),
-            )
+            Scope::new(Some(&common::pods_api::cluster_key()), Some(&ns))
         };
         let settings = Settings::from_map(conf.clone()).expect("bench conf");
         let mut owners: HashMap<String, HashSet<i64>> = HashMap::new();

@@ -156,51 +156,65 @@ pub fn read_kubeconfig() -> Result<kube::config::Kubeconfig, String> {
 /// the root CA publisher of kube-controller-manager, in every cluster since 1.21).
 pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
-/// The prefix of an election key's cluster part when it is the namespace's identity.
-pub const NAMESPACE_UID_PREFIX: &str = "ns-uid:";
-
-/// Why [`namespace_identity`] has no answer.
+/// Why [`cluster_identity`] has no answer.
 #[derive(Debug, Error)]
 pub enum IdentityError {
-    /// The API server answered that it will not tell (403: the RBAC rule is missing; 404: the
-    /// ConfigMap is not published; another 4xx but 408 and 429): the caller falls back, with a
-    /// WARN.
+    /// The API server answered that it will not tell (401: the token is not accepted; 403: the
+    /// RBAC rule is missing; 404: the ConfigMap is not published; another 4xx but 408 and 429),
+    /// or the ConfigMap holds no certificate: asking again changes nothing until an operator
+    /// acts.
     #[error("{0}")]
     Unreadable(String),
-    /// No answer yet (the client cannot be built, the server cannot be reached, 5xx, 429): ask
-    /// again later.
+    /// No answer yet (the client cannot be built, the server cannot be reached, 5xx, 408, 429):
+    /// ask again later.
     #[error("{0}")]
     Transient(String),
 }
 
-/// The identity of the namespace a scope's client reaches, the same whichever URL reaches its
-/// cluster (an IP address or a DNS name, a load balancer or the server itself, in-cluster or
-/// through a kubeconfig): the UID of the namespace's [`ROOT_CA_CONFIGMAP`], read with one `GET`
-/// of its metadata. RBAC: `get` on `configmaps` named `kube-root-ca.crt` in the namespace.
-pub async fn namespace_identity(conf: &HashMap<String, String>) -> Result<String, IdentityError> {
+/// The identity of the cluster a scope's client reaches, the same whichever URL reaches it (an
+/// IP address or a DNS name, a load balancer or the server itself, in-cluster or through a
+/// kubeconfig), and the same after the ConfigMap it is read from is deleted and published again:
+/// the first 128 bits of the SHA-256 of the cluster's root CA certificate (`ca.crt` of the
+/// namespace's [`ROOT_CA_CONFIGMAP`], with surrounding white space trimmed), as 32 hex digits.
+/// One `GET`; RBAC: `get` on `configmaps` named `kube-root-ca.crt` in the namespace.
+pub async fn cluster_identity(conf: &HashMap<String, String>) -> Result<String, IdentityError> {
     let ns = namespace(conf);
     let client = build_client(conf)
         .await
         .map_err(|e| IdentityError::Transient(e.to_string()))?;
     let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(client, &ns);
-    match api.get_metadata(ROOT_CA_CONFIGMAP).await {
-        Ok(meta) => meta.metadata.uid.filter(|u| !u.is_empty()).ok_or_else(|| {
-            IdentityError::Unreadable(format!("{ns}/{ROOT_CA_CONFIGMAP} has no UID"))
-        }),
-        // 403 (no RBAC rule), 404 (not published) or another refusal that asking again will not
-        // change; a timeout (408) or a throttle (429) will.
+    let what = format!("GET configmaps/{ROOT_CA_CONFIGMAP} in namespace {ns}");
+    match api.get(ROOT_CA_CONFIGMAP).await {
+        Ok(cm) => {
+            let ca = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("ca.crt"))
+                .map(|c| c.trim())
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| IdentityError::Unreadable(format!("{what}: it holds no ca.crt")))?;
+            Ok(ca_digest(ca))
+        }
+        // A refusal that asking again will not change; a timeout (408) or a throttle (429) will.
         Err(kube::Error::Api(status))
             if (400..500).contains(&status.code) && status.code != 408 && status.code != 429 =>
         {
             Err(IdentityError::Unreadable(format!(
-                "GET configmaps/{ROOT_CA_CONFIGMAP} in namespace {ns}: HTTP {} {}",
+                "{what}: HTTP {} {}",
                 status.code, status.message
             )))
         }
-        Err(e) => Err(IdentityError::Transient(format!(
-            "GET configmaps/{ROOT_CA_CONFIGMAP} in namespace {ns}: {e}"
-        ))),
+        Err(e) => Err(IdentityError::Transient(format!("{what}: {e}"))),
     }
+}
+
+/// The first 128 bits of the SHA-256 of `ca`, as 32 lower-case hex digits.
+pub fn ca_digest(ca: &str) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, ca.as_bytes());
+    digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `scheme://host:port[/path]` in lower case with the port written out and no trailing `/`.

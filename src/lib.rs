@@ -44,6 +44,7 @@ pub mod deleter;
 pub mod election;
 pub mod engine;
 pub mod ident;
+pub mod identity;
 pub mod jni;
 pub mod kube_client;
 pub mod kyuubi_state;

@@ -8,8 +8,8 @@ use crate::pause::{PauseKind, Pauses};
 
 #[derive(Debug, Default)]
 pub struct ScopeMetrics {
-    /// The key the scope's election runs under, once read (`election_scope` in the status).
-    pub election_key: std::sync::OnceLock<String>,
+    /// The keys the scope's election runs under, once read (`election_scope` in the status).
+    election: Mutex<Option<ElectionShown>>,
     pub observed: AtomicU64,
     pub tracked: AtomicU64,
     pub scheduled: AtomicU64,
@@ -63,6 +63,17 @@ pub struct ScopeMetrics {
 
 const LAG_BUCKETS: usize = 14;
 
+/// The keys a scope's election runs under, as the status and the metrics show them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectionShown {
+    /// The election the scope leads in (`cluster:<digest>:<namespace>`, or a URL key).
+    pub key: String,
+    /// `cluster` or `url`.
+    pub kind: &'static str,
+    /// podsweep 0.1's election of the scope's URL, won first, when this server joins it.
+    pub legacy: Option<String>,
+}
+
 /// No reachable leader for longer than `health.alertAfter`.
 pub const UNHEALTHY_LEADERLESS: u64 = 1;
 /// This server could not complete a DELETE for `ha.stepDownAfter` while DELETEs were due.
@@ -93,6 +104,19 @@ fn lag_bound(k: usize) -> f64 {
 }
 
 impl ScopeMetrics {
+    /// Records the keys the scope's election runs under now.
+    pub fn set_election(&self, shown: ElectionShown) {
+        *self.election.lock().unwrap_or_else(|p| p.into_inner()) = Some(shown);
+    }
+
+    /// The keys the scope's election runs under, once read.
+    pub fn election(&self) -> Option<ElectionShown> {
+        self.election
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Sets an unhealthy bit with its reason.
     pub fn set_unhealthy(&self, bit: u64, reason: &str) {
         let i = (bit.trailing_zeros() as usize).min(UNHEALTHY_BITS - 1);

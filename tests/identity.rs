@@ -51,7 +51,7 @@ async fn campaigns_wait_for_the_confirmed_identity() {
     let election = ElectionHandle::supervised_as(
         &backend,
         Scope::new(None, Some("spark")),
-        Box::pin(std::future::ready(Scope::new(None, Some("spark")))),
+        podsweep::identity::fixed_keys(Scope::new(None, Some("spark"))),
         identity.clone(),
         metrics.clone(),
         Duration::from_secs(120),
@@ -88,7 +88,7 @@ async fn without_a_confirmation_the_provisional_identity_campaigns_after_the_wai
     let election = ElectionHandle::supervised_as(
         &backend,
         Scope::new(None, Some("spark")),
-        Box::pin(std::future::ready(Scope::new(None, Some("spark")))),
+        podsweep::identity::fixed_keys(Scope::new(None, Some("spark"))),
         Identity::pending("kyuubi-0:0"),
         Arc::new(ScopeMetrics::default()),
         Duration::from_secs(120),
@@ -111,7 +111,7 @@ async fn a_fixed_identity_campaigns_at_once() {
     let election = ElectionHandle::supervised_as(
         &backend,
         Scope::new(None, Some("spark")),
-        Box::pin(std::future::ready(Scope::new(None, Some("spark")))),
+        podsweep::identity::fixed_keys(Scope::new(None, Some("spark"))),
         Identity::fixed("kyuubi-0:10009"),
         Arc::new(ScopeMetrics::default()),
         Duration::from_secs(120),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::etcd::EtcdServer;
 use common::fixture::observation;
-use common::pods_api::{root_ca_uid, wait_for, PodsApi};
+use common::pods_api::{cluster_key, wait_for, PodsApi};
 use common::zk::ZkServer;
 use podsweep::config::{keys, Settings, ETCD_CLIENT_CLASS};
 use podsweep::election::Leadership;
@@ -93,14 +93,21 @@ fn status_json(conf: &str) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
-/// The scope entry of `ns` in a `--json` reading.
-fn scope_entry<'a>(v: &'a Value, ns: &str) -> &'a Value {
+/// The scope entry of `ns` in a `--json` reading, in election layout `layout` (2: the cluster's
+/// key; 1: podsweep 0.1's URL key, which every server wins first).
+fn entry_of<'a>(v: &'a Value, ns: &str, layout: u64) -> &'a Value {
     v["scopes"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["namespace"] == ns)
-        .unwrap_or_else(|| panic!("no scope {ns} in {v}"))
+        .find(|s| s["namespace"] == ns && s["layout"] == layout)
+        .unwrap_or_else(|| panic!("no scope {ns} of layout {layout} in {v}"))
+}
+
+/// The entry every server campaigns in (podsweep 0.1's election of their one URL; only its
+/// leader goes on to campaign in the cluster's election).
+fn scope_entry<'a>(v: &'a Value, ns: &str) -> &'a Value {
+    entry_of(v, ns, 1)
 }
 
 fn participants(s: &Value) -> BTreeSet<String> {
@@ -139,7 +146,8 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
     })
     .await;
     assert_eq!(reading["backend"], backend);
-    assert_eq!(reading["scopes"].as_array().unwrap().len(), 2, "{reading}");
+    // Each namespace: the cluster's election, and podsweep 0.1's URL-keyed one won before it.
+    assert_eq!(reading["scopes"].as_array().unwrap().len(), 4, "{reading}");
     let all: BTreeSet<String> = SERVERS.iter().map(|s| s.to_string()).collect();
     for ns in NAMESPACES {
         let s = scope_entry(&reading, ns);
@@ -149,9 +157,15 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
             leader_of(&servers, ns).as_deref(),
             "{ns}: the backend's leader is the one that says it leads"
         );
-        // Scopes are elected under the namespace's identity (the UID of its kube-root-ca.crt),
-        // whichever URL a server reaches the cluster by.
-        assert_eq!(s["context"], format!("ns-uid:{}", root_ca_uid(ns)), "{s}");
+        assert_eq!(s["context"], api.url.as_str(), "{s}");
+        // Scopes are elected under the cluster's identity (the digest of the CA certificate its
+        // kube-root-ca.crt publishes), whichever URL a server reaches the cluster by; only the
+        // leader of podsweep 0.1's election of its URL campaigns there (servers of one URL meet
+        // in that first election).
+        let cluster = entry_of(&reading, ns, 2);
+        assert_eq!(cluster["context"], cluster_key(), "{cluster}");
+        assert_eq!(cluster["leader"], s["leader"], "{cluster}");
+        assert_eq!(participants(cluster).len(), 1, "{cluster}");
         if since_is_known {
             let since = s["leader_since_ms"].as_i64().expect("since");
             let now = podsweep::metrics::epoch_ms() as i64;
@@ -163,12 +177,14 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
     println!("podsweep status ({backend}, 3 servers, 2 scopes):\n{table}");
     for ns in NAMESPACES {
         assert!(
-            table.contains(&format!("scope ns-uid:{}:{ns}", root_ca_uid(ns))),
+            table.contains(&format!("scope {}:{ns}", cluster_key())),
             "{table}"
         );
     }
     assert_eq!(table.matches("participants  3").count(), 2, "{table}");
-    assert_eq!(table.matches("    leads  ").count(), 2, "{table}");
+    assert_eq!(table.matches("participants  1").count(), 2, "{table}");
+    assert_eq!(table.matches("    leads  ").count(), 4, "{table}");
+    assert_eq!(table.matches("layout        2").count(), 2, "{table}");
 
     // The leader of the first scope leaves: the reading names its successor and two participants.
     let first = leader_of(&servers, NAMESPACES[0]).unwrap();
@@ -193,7 +209,7 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
     let (code, out, err) = podsweep(&["uninstall", "--config", conf]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(err.contains("participant(s) still campaign"), "{err}");
-    assert_eq!(status_json(conf)["scopes"].as_array().unwrap().len(), 2);
+    assert_eq!(status_json(conf)["scopes"].as_array().unwrap().len(), 4);
     // --force removes them under the live servers: each loses its seat, campaigns again, and the
     // scopes have a leader and both participants again.
     let (code, out, err) = podsweep(&["uninstall", "--config", conf, "--force"]);
@@ -205,7 +221,7 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     println!("podsweep uninstall --force ({backend}, 2 servers running): {out}");
-    assert!(forced >= 4, "{out}");
+    assert!(forced >= 8, "{out}");
     wait_for("the fleet campaigns again", LONG, || {
         reading = status_json(conf);
         NAMESPACES.iter().all(|ns| {
@@ -213,7 +229,7 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
                 .as_array()
                 .unwrap()
                 .iter()
-                .find(|s| s["namespace"] == *ns)
+                .find(|s| s["namespace"] == *ns && s["layout"] == 1)
                 .is_some_and(|s| {
                     participants(s).len() == 2
                         && s["leader"].as_str() == leader_of(&servers, ns).as_deref()

@@ -122,6 +122,64 @@ impl ZkSettings {
     }
 }
 
+/// What a scope's election is keyed by (`ha.electionKey`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElectionKeyKind {
+    /// The cluster's identity (its root CA certificate) and the namespace: one election per
+    /// namespace whatever URL a server reaches the cluster by (podsweep 0.2's layout).
+    Cluster,
+    /// The API server's URL and the namespace (podsweep 0.1's layout).
+    Url,
+}
+
+/// How a scope's election is keyed, and whether podsweep 0.1's election is joined first
+/// (`src/identity.rs` has the layouts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ElectionLayout {
+    pub key: ElectionKeyKind,
+    /// `ha.legacyElection`: with the cluster key, first win the URL-keyed election that 0.1
+    /// servers campaign in, so that they and this server never lead at once.
+    pub legacy: bool,
+}
+
+impl Default for ElectionLayout {
+    fn default() -> Self {
+        ElectionLayout {
+            key: ElectionKeyKind::Cluster,
+            legacy: true,
+        }
+    }
+}
+
+pub(super) fn parse_election_layout<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<ElectionLayout, ConfigError> {
+    let key = match get(keys::HA_ELECTION_KEY)
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        None | Some("CLUSTER") => ElectionKeyKind::Cluster,
+        Some("URL") => ElectionKeyKind::Url,
+        Some(_) => {
+            return Err(ConfigError::invalid(
+                keys::HA_ELECTION_KEY,
+                get(keys::HA_ELECTION_KEY).unwrap_or(""),
+                "expected CLUSTER or URL",
+            ))
+        }
+    };
+    let legacy = parse_bool(
+        keys::HA_LEGACY_ELECTION,
+        get(keys::HA_LEGACY_ELECTION),
+        true,
+    )?;
+    Ok(ElectionLayout {
+        key,
+        // With URL keys the scope is in 0.1's election itself.
+        legacy: legacy && key == ElectionKeyKind::Cluster,
+    })
+}
+
 pub(super) fn parse_ha<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
 ) -> Result<HaSettings, ConfigError> {

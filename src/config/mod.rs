@@ -26,7 +26,9 @@ mod watch;
 use self::ha::parse_ha;
 use self::tuning::parse_tuning;
 
-pub use self::ha::{EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings};
+pub use self::ha::{
+    ElectionKeyKind, ElectionLayout, EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings,
+};
 pub use self::retention::{Retention, ScopeWatch};
 pub use self::time::{parse_time, MAX_TIME};
 pub use self::tuning::{Tuning, MAX_QPS, MIN_QPS};
@@ -103,6 +105,13 @@ pub mod keys {
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.scope.releaseAfterIdle";
     pub const STEP_DOWN_AFTER: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.stepDownAfter";
+    /// What a scope's election is keyed by: the cluster's identity (`CLUSTER`) or the API
+    /// server's URL (`URL`, podsweep 0.1's key).
+    pub const HA_ELECTION_KEY: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.electionKey";
+    /// Whether a server also campaigns, first, in podsweep 0.1's URL-keyed election.
+    pub const HA_LEGACY_ELECTION: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.legacyElection";
     /// How often every scope's status is logged (the Java API's status logger, the daemon).
     pub const STATUS_LOG_INTERVAL: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.status.logInterval";
@@ -180,6 +189,8 @@ pub struct Settings {
     pub context_allow: BTreeSet<String>,
     pub namespace_allow: BTreeSet<String>,
     pub ha: HaSettings,
+    /// How each scope's election is keyed (`ha.electionKey`, `ha.legacyElection`).
+    pub election: ElectionLayout,
     /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
     pub leaderless_alert: Duration,
     /// A leader that has not completed one DELETE for this long while DELETEs are due steps down
@@ -268,6 +279,7 @@ impl Settings {
                 .unwrap_or_default()
         };
         let ha = parse_ha(&get)?;
+        let election = self::ha::parse_election_layout(&get)?;
         let leaderless_alert = match lookup(&get, keys::HEALTH_ALERT_AFTER) {
             None => Duration::from_secs(120),
             Some((key, v)) => positive_time(key, v)?,
@@ -298,6 +310,7 @@ impl Settings {
             context_allow: list(keys::CONTEXT_ALLOW_LIST),
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,
+            election,
             leaderless_alert,
             step_down_after,
             idle_release,

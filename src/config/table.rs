@@ -315,6 +315,40 @@ pub static KEYS: &[KeyDoc] = &[
         internal: false,
     },
     KeyDoc {
+        key: keys::HA_ELECTION_KEY,
+        const_name: "HA_ELECTION_KEY",
+        typ: KeyType::String,
+        default: Some("CLUSTER"),
+        fallback: None,
+        check: Check::OneOf(&["CLUSTER", "URL"]),
+        doc: "What the cleanup election of each Kubernetes context and namespace is keyed by. \
+              CLUSTER: the cluster's identity (the SHA-256 of the CA certificate in the \
+              namespace's kube-root-ca.crt ConfigMap, which needs get on that one ConfigMap) and \
+              the namespace, so servers that reach one cluster by different URLs elect one \
+              leader; a server that cannot read it does not campaign (the scope is held and \
+              unhealthy). URL: the API server's URL and the namespace, as podsweep 0.1 did; \
+              then every server of the fleet must say URL.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::HA_LEGACY_ELECTION,
+        const_name: "HA_LEGACY_ELECTION",
+        typ: KeyType::Boolean,
+        default: Some("true"),
+        fallback: None,
+        check: Check::None,
+        doc: "With ha.electionKey=CLUSTER: whether a server first wins podsweep 0.1's \
+              URL-keyed election of its scope and only then campaigns under the cluster's key, \
+              so that 0.1 servers running beside it (a rolling upgrade, a rollback) and it never \
+              lead at once. Set it to false once no 0.1 server runs: it saves one election \
+              node per scope and server.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
         key: keys::IDLE_RELEASE,
         const_name: "SCOPE_RELEASE_AFTER_IDLE",
         typ: KeyType::Duration,

@@ -190,6 +190,10 @@ pub fn table(layout: &Layout, now_ms: i64) -> String {
     );
     for e in &layout.elections {
         out.push_str(&format!("\nscope {}\n", e.scope_name()));
+        out.push_str(match e.layout() {
+            2 => "  layout        2 (the cluster's key)\n",
+            _ => "  layout        1 (podsweep 0.1's URL key; 0.2 servers win it first)\n",
+        });
         match (e.leader(), e.leader_since_ms) {
             (None, _) => out.push_str("  leader        none (no participant)\n"),
             (Some(l), Some(since)) => out.push_str(&format!(

@@ -63,6 +63,21 @@ impl Election {
         self.candidates.first()
     }
 
+    /// The election layout its name belongs to ([`crate::identity`]): 2 for a cluster's key
+    /// (`cluster:<digest>`), 1 for podsweep 0.1's URL key (and any other name).
+    pub fn layout(&self) -> u32 {
+        let cluster = self
+            .scope
+            .as_ref()
+            .and_then(|s| s.context.as_deref())
+            .is_some_and(|c| c.starts_with(crate::identity::CLUSTER_PREFIX));
+        if cluster {
+            2
+        } else {
+            1
+        }
+    }
+
     /// The scope as operators read it: `context:namespace`, as podsweep's logs print it.
     pub fn scope_name(&self) -> String {
         match &self.scope {
@@ -77,6 +92,7 @@ impl Election {
             "context": self.scope.as_ref().and_then(|s| s.context.clone()),
             "namespace": self.scope.as_ref().and_then(|s| s.namespace.clone()),
             "election": self.path,
+            "layout": self.layout(),
             "leader": self.leader().map(|c| c.server.clone()),
             "leader_since_ms": self.leader_since_ms,
             "leader_since": self.leader_since_ms.map(rfc3339),
@@ -208,6 +224,7 @@ mod tests {
         };
         let v = e.json();
         assert_eq!(v["scope"], "<default context>:spark");
+        assert_eq!(v["layout"], 1);
         assert_eq!(v["leader"], "kyuubi-0:10009");
         assert_eq!(v["leader_since"], "2023-11-14T22:13:20.123Z");
         assert_eq!(v["participants"].as_array().map(Vec::len), Some(2));

@@ -50,6 +50,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::identity::ElectionKeys;
 use crate::metrics::{ScopeMetrics, UNHEALTHY_ELECTION_RESTARTED};
 use crate::pause::PauseKind;
 use crate::restart::Restarts;
@@ -294,14 +295,21 @@ impl Identity {
     }
 }
 
-/// The key a scope's election runs under, once known (see `engine::election_key`): the
-/// campaign starts when it resolves.
-pub type ElectionKey = BoxFuture<'static, Scope>;
+/// The keys a scope's election runs under, as they become known ([`crate::identity`]): the
+/// campaign starts with the first and starts again under each later one.
+pub type ElectionKey = crate::identity::KeyStream;
+
+/// Far enough ahead to never expire in a process's life, small enough to never overflow.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The sweeper's side of one scope's election.
 pub struct ElectionHandle {
     status: watch::Receiver<Status>,
     lease: LeaseCell,
+    /// podsweep 0.1's election, won first ([`crate::identity`]); leading for ever when there is
+    /// none.
+    gate: watch::Receiver<Status>,
+    gate_lease: LeaseCell,
     cancel: CancellationToken,
     step_down: mpsc::UnboundedSender<StepDown>,
     can_step_down: bool,
@@ -327,7 +335,7 @@ impl ElectionHandle {
         metrics: Arc<ScopeMetrics>,
         healthy_after: Duration,
     ) -> Self {
-        let key: ElectionKey = Box::pin(std::future::ready(scope.clone()));
+        let key = crate::identity::fixed_keys(scope.clone());
         Self::supervised_as(
             backend,
             scope,
@@ -351,6 +359,7 @@ impl ElectionHandle {
         healthy_after: Duration,
     ) -> Self {
         let (signal, status, lease) = LeaderSignal::new();
+        let (gate_signal, gate, gate_lease) = LeaderSignal::new();
         let cancel = CancellationToken::new();
         let (step_down, requests) = mpsc::unbounded_channel();
         let restarts = Restarts::new(
@@ -364,7 +373,10 @@ impl ElectionHandle {
             backend.clone(),
             key,
             identity,
-            signal,
+            Signals {
+                main: signal,
+                gate: gate_signal,
+            },
             cancel.clone(),
             requests,
             restarts,
@@ -372,6 +384,8 @@ impl ElectionHandle {
         ElectionHandle {
             status,
             lease,
+            gate,
+            gate_lease,
             cancel,
             step_down,
             can_step_down: backend.can_step_down(),
@@ -402,12 +416,15 @@ impl ElectionHandle {
         Authority {
             status: self.status.clone(),
             lease: self.lease.clone(),
+            gate: self.gate.clone(),
+            gate_lease: self.gate_lease.clone(),
         }
     }
 
-    /// The current lease deadline, if any.
+    /// The current lease deadline, if any: the earlier of the scope's election and the election
+    /// won before it.
     pub fn lease_deadline(&self) -> Option<Instant> {
-        *self.lease.lock().unwrap_or_else(|p| p.into_inner())
+        self.authority().deadline()
     }
 
     pub fn status(&self) -> Status {
@@ -433,6 +450,8 @@ impl ElectionHandle {
 pub struct Authority {
     status: watch::Receiver<Status>,
     lease: LeaseCell,
+    gate: watch::Receiver<Status>,
+    gate_lease: LeaseCell,
 }
 
 impl Authority {
@@ -441,8 +460,7 @@ impl Authority {
     pub async fn within_lease<F: Future>(&self, request: F) -> Option<F::Output> {
         tokio::pin!(request);
         loop {
-            let until = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
-            let until = until?;
+            let until = self.deadline()?;
             tokio::select! {
                 biased;
                 out = &mut request => return Some(out),
@@ -454,12 +472,18 @@ impl Authority {
         }
     }
 
+    /// The earlier lease deadline of the scope's election and of the one won before it.
+    fn deadline(&self) -> Option<Instant> {
+        let read = |cell: &LeaseCell| *cell.lock().unwrap_or_else(|p| p.into_inner());
+        Some(read(&self.lease)?.min(read(&self.gate_lease)?))
+    }
+
     pub fn may_act(&self) -> bool {
-        if self.status.borrow().leadership != Leadership::Leading {
+        let leading = |s: &watch::Receiver<Status>| s.borrow().leadership == Leadership::Leading;
+        if !leading(&self.status) || !leading(&self.gate) {
             return false;
         }
-        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        matches!(*lease, Some(until) if Instant::now() < until)
+        matches!(self.deadline(), Some(until) if Instant::now() < until)
     }
 }
 
@@ -469,17 +493,27 @@ impl Drop for ElectionHandle {
     }
 }
 
-/// Runs [`campaigns`] until `cancel` fires; after a panic, reports `Following` (no lease) with
-/// the reason, and runs them again after a backoff.
+/// The signals one scope's campaigns report through: its election, and the election won before
+/// it (podsweep 0.1's, [`crate::identity`]), which leads for ever when there is none.
+struct Signals {
+    main: LeaderSignal,
+    gate: LeaderSignal,
+}
+
+/// Runs [`campaigns`] until `cancel` fires, under the first keys `key` yields and again under
+/// each later one; after a panic, reports `Following` (no lease) with the reason, and runs them
+/// again after a backoff.
 async fn supervise(
     backend: Arc<dyn Backend>,
-    key: ElectionKey,
+    mut key: ElectionKey,
     identity: Identity,
-    signal: LeaderSignal,
+    signals: Signals,
     cancel: CancellationToken,
     mut requests: mpsc::UnboundedReceiver<StepDown>,
     mut restarts: Restarts,
 ) {
+    use futures::StreamExt;
+    let signal = &signals.main;
     let metrics = restarts.metrics().clone();
     if !identity.is_settled() {
         let why = format!(
@@ -500,22 +534,46 @@ async fn supervise(
         }
         pauses.close(PauseKind::ServerIdPending);
     }
-    let mut key = key;
-    let scope = match futures::FutureExt::now_or_never(&mut key) {
-        Some(scope) => scope,
-        None => {
+    let mut keys = match futures::FutureExt::now_or_never(key.next()) {
+        Some(Some(keys)) => keys,
+        _ => {
             signal
                 .follow("reading which cluster and namespace the scope cleans (its election key)");
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                scope = key => scope,
+                keys = key.next() => match keys {
+                    Some(keys) => keys,
+                    None => return,
+                },
             }
         }
     };
-    let _ = metrics.election_key.set(scope.to_string());
     loop {
-        let run = campaigns(&backend, &scope, &identity, &signal, &cancel, &mut requests);
-        let Err(what) = restarts.guard(run).await else {
+        let (ran, new) = {
+            let term = cancel.child_token();
+            let run = campaigns(&backend, &keys, &identity, &signals, &term, &mut requests);
+            let guarded = restarts.guard(run);
+            tokio::pin!(guarded);
+            tokio::select! {
+                ran = &mut guarded => (ran, None),
+                next = key.next() => {
+                    // A new key (the cluster's identity changed): leave the old election first.
+                    term.cancel();
+                    (guarded.await, next)
+                }
+            }
+        };
+        if let Some(new) = new {
+            signal.follow(&format!(
+                "the election key changed from {} to {}; campaigning under the new one",
+                keys.key, new.key
+            ));
+            keys = new;
+            if ran.is_ok() {
+                continue;
+            }
+        }
+        let Err(what) = ran else {
             return;
         };
         let delay = restarts.failed(&what);
@@ -533,20 +591,15 @@ async fn supervise(
 /// its hold time, until `cancel` fires.
 async fn campaigns(
     backend: &Arc<dyn Backend>,
-    scope: &Scope,
+    keys: &ElectionKeys,
     identity: &Identity,
-    signal: &LeaderSignal,
+    signals: &Signals,
     cancel: &CancellationToken,
     requests: &mut mpsc::UnboundedReceiver<StepDown>,
 ) {
     loop {
         let term = cancel.child_token();
-        let mut campaign = backend.campaign(
-            scope.clone(),
-            identity.current(),
-            signal.clone(),
-            term.clone(),
-        );
+        let mut campaign = campaign(backend, keys, identity.current(), signals, term.clone());
         let request = tokio::select! {
             _ = &mut campaign => return,
             r = requests.recv() => r,
@@ -556,7 +609,7 @@ async fn campaigns(
         let Some(StepDown { hold, reason }) = request else {
             return;
         };
-        signal.follow(&format!(
+        signals.main.follow(&format!(
             "stepped down: {reason}; back in the election in {hold:?}"
         ));
         tokio::select! {
@@ -564,5 +617,118 @@ async fn campaigns(
             _ = sleep(hold) => {}
         }
         while requests.try_recv().is_ok() {}
+    }
+}
+
+/// One campaign under `keys`: the scope's own election, after podsweep 0.1's when it joins it.
+fn campaign(
+    backend: &Arc<dyn Backend>,
+    keys: &ElectionKeys,
+    identity: String,
+    signals: &Signals,
+    cancel: CancellationToken,
+) -> BoxFuture<'static, ()> {
+    let main = signals.main.clone();
+    match &keys.legacy {
+        None => {
+            signals
+                .gate
+                .lead_until(Instant::now() + FOREVER, "no election to win first");
+            backend.campaign(keys.key.clone(), identity, main, cancel)
+        }
+        Some(legacy) => Box::pin(layered(
+            backend.clone(),
+            keys.key.clone(),
+            legacy.clone(),
+            identity,
+            Signals {
+                main,
+                gate: signals.gate.clone(),
+            },
+            cancel,
+        )),
+    }
+}
+
+/// Campaigns in `legacy` (podsweep 0.1's election) and, only while this candidate leads there,
+/// in `key`: so a 0.1 server, which campaigns in `legacy` alone, and this one never lead at once.
+/// The scope's election is left as soon as the first one is lost (Following or NoQuorum; a
+/// Paused first election pauses the second on its own, on the same session).
+async fn layered(
+    backend: Arc<dyn Backend>,
+    key: Scope,
+    legacy: Scope,
+    identity: String,
+    signals: Signals,
+    cancel: CancellationToken,
+) {
+    let mut gate = signals.gate.status.subscribe();
+    // Not a child of `cancel`: the first seat is given back after the second.
+    let first_cancel = CancellationToken::new();
+    let first = backend.campaign(
+        legacy.clone(),
+        identity.clone(),
+        signals.gate.clone(),
+        first_cancel.clone(),
+    );
+    tokio::pin!(first);
+    let mut second: Option<(CancellationToken, BoxFuture<'static, ()>)> = None;
+    loop {
+        let st = gate.borrow_and_update().clone();
+        match (st.leadership, second.is_some()) {
+            (Leadership::Leading, false) if !cancel.is_cancelled() => {
+                let term = cancel.child_token();
+                let run = backend.campaign(
+                    key.clone(),
+                    identity.clone(),
+                    signals.main.clone(),
+                    term.clone(),
+                );
+                second = Some((term, run));
+            }
+            (Leadership::Following | Leadership::NoQuorum, true) => {
+                if let Some((term, run)) = second.take() {
+                    term.cancel();
+                    run.await;
+                }
+            }
+            _ => {}
+        }
+        if second.is_none() {
+            let why = format!(
+                "waiting to lead podsweep 0.1's election {legacy} first ({}: {})",
+                st.leadership.as_str(),
+                st.reason
+            );
+            match st.leadership {
+                Leadership::NoQuorum => signals.main.no_quorum(&why),
+                _ => signals.main.follow(&why),
+            }
+        }
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                if let Some((term, run)) = second.take() {
+                    term.cancel();
+                    run.await;
+                }
+                first_cancel.cancel();
+                first.await;
+                return;
+            }
+            // Ends only once cancelled (a backend's campaign survives outages).
+            _ = &mut first => return,
+            changed = gate.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = async {
+                match second.as_mut() {
+                    Some((_, run)) => run.await,
+                    None => std::future::pending().await,
+                }
+            } => second = None,
+        }
     }
 }

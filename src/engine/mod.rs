@@ -50,18 +50,16 @@ use once_cell::sync::OnceCell;
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::backoff::Backoff;
 use crate::clock::Clock;
 use crate::config::{keys, ConfigError, HaSettings, Settings};
 use crate::deleter::{KubeDeleter, PodDeleter};
 use crate::election::etcd::EtcdBackend;
 use crate::election::local::LocalBackend;
 use crate::election::zookeeper::ZooKeeperBackend;
-use crate::election::{Backend, ElectionHandle, ElectionKey, Identity};
+use crate::election::{Backend, ElectionHandle, Identity};
 use crate::kube_client;
 use crate::metrics::ScopeMetrics;
 use crate::model::{CleanupKind, Observation};
-use crate::pause::PauseKind;
 use crate::scope::Scope;
 use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
@@ -71,21 +69,7 @@ mod status;
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
 
-/// Reads the identity of the namespace a scope cleans ([`kube_client::namespace_identity`]).
-pub type IdentitySource = Arc<
-    dyn Fn(Scope) -> futures::future::BoxFuture<'static, Result<String, kube_client::IdentityError>>
-        + Send
-        + Sync,
->;
-
-/// The namespace identities of a Kubernetes configuration: one `GET` per scope task start.
-pub fn kube_identities(raw: HashMap<String, String>) -> IdentitySource {
-    let raw = Arc::new(raw);
-    Arc::new(move |scope: Scope| {
-        let conf = kube_client::scope_conf(&raw, &scope);
-        Box::pin(async move { kube_client::namespace_identity(&conf).await })
-    })
-}
+pub use crate::identity::{kube_identities, IdentitySource};
 
 /// Scopes resolved by [`Engine::scope_id`]: id `i` is `slots[i - 1]`. The ids are looked up
 /// under a lock, once per scope by the JVM; the slots, on every event, without one: they are
@@ -749,13 +733,17 @@ impl Engine {
         let election = ElectionHandle::supervised_as(
             &self.backend,
             key.clone(),
-            election_key(
-                &self.backend,
-                self.identities.clone(),
-                scope.clone(),
-                key.clone(),
-                metrics.clone(),
-            ),
+            crate::identity::election_keys(crate::identity::KeyInputs {
+                identities: self
+                    .identities
+                    .clone()
+                    .filter(|_| self.backend.name() != "local"),
+                layout: self.settings.election,
+                scope: scope.clone(),
+                url_key: key.clone(),
+                metrics: metrics.clone(),
+                reread: crate::identity::REREAD,
+            }),
             self.identity.clone(),
             metrics.clone(),
             self.sweeper_cfg.leaderless_alert,
@@ -905,81 +893,6 @@ fn send(h: &ScopeHandle, seen: &SeenPods, head: &Head, obs: Observation, now: Sy
             let _ = h.tx.observe(obs, seen_running);
         }
     }
-}
-
-/// The key a scope task's election runs under: the identity of the namespace it cleans
-/// ([`kube_client::namespace_identity`], the same through every URL of the cluster), so that
-/// servers that reach one cluster by different URLs elect one leader per namespace. Read once,
-/// when the task starts; until it is read the scope does not campaign (its `cluster_identity`
-/// pause, retried with backoff, and unhealthy: this server cannot reach the API server). Where it cannot be read (403: the RBAC rule is missing; 404:
-/// the ConfigMap is not published) the scope is elected under `key`, the URL its client uses,
-/// with one WARN. The local backend elects nothing, so it needs no identity.
-fn election_key(
-    backend: &Arc<dyn Backend>,
-    identities: Option<IdentitySource>,
-    scope: Scope,
-    key: Scope,
-    metrics: Arc<ScopeMetrics>,
-) -> ElectionKey {
-    let Some(identities) = identities.filter(|_| backend.name() != "local") else {
-        return Box::pin(std::future::ready(key));
-    };
-    Box::pin(async move {
-        let mut backoff = Backoff::exact(Duration::from_secs(1), Duration::from_secs(60));
-        let settled = |metrics: &ScopeMetrics| {
-            metrics.pauses.close(PauseKind::ClusterIdentity);
-            metrics.clear_unhealthy(crate::metrics::UNHEALTHY_NO_IDENTITY);
-        };
-        loop {
-            match identities(scope.clone()).await {
-                Ok(uid) => {
-                    settled(&metrics);
-                    let id = format!("{}{uid}", kube_client::NAMESPACE_UID_PREFIX);
-                    info!(
-                        scope = %scope,
-                        "Scope {scope} cleans namespace {} of the cluster whatever URL reaches it: \
-                         it is elected as {id}",
-                        key.namespace.as_deref().unwrap_or("default")
-                    );
-                    return Scope::new(Some(&id), key.namespace.as_deref());
-                }
-                Err(kube_client::IdentityError::Unreadable(why)) => {
-                    settled(&metrics);
-                    warn!(
-                        scope = %scope,
-                        "Scope {scope}: cannot read which cluster it is in ({why}); it is elected \
-                         under its API server URL ({key}), so servers that reach this cluster \
-                         by another URL elect a leader of their own. Grant get on configmaps \
-                         named {} in the namespace (docs/kyuubi-integration.md, RBAC)",
-                        kube_client::ROOT_CA_CONFIGMAP
-                    );
-                    return key;
-                }
-                Err(kube_client::IdentityError::Transient(why)) => {
-                    let wait = backoff.next_delay();
-                    // This server cannot reach the API server, so it could not delete either: it
-                    // stays out of the election, and says so at once (as a leader that cannot
-                    // list its pods does).
-                    metrics.set_unhealthy(
-                        crate::metrics::UNHEALTHY_NO_IDENTITY,
-                        &format!(
-                            "the API server has not told which cluster the scope is in: {why}; \
-                             the scope does not campaign until it does"
-                        ),
-                    );
-                    metrics.pauses.open(
-                        PauseKind::ClusterIdentity,
-                        Some(tokio::time::Instant::now() + wait),
-                        &format!(
-                            "which cluster the scope is in cannot be read yet ({why}); the scope \
-                             campaigns once it is, and it is read again at the end"
-                        ),
-                    );
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        }
-    })
 }
 
 /// Kubernetes deleters from Kyuubi's keys, one kube-rs client per scope.

@@ -163,11 +163,12 @@ impl Engine {
         v["scope"] = scope.to_string().into();
         v["context"] = scope.context.clone().into();
         v["namespace"] = scope.namespace.clone().into();
-        let election = scopes
-            .get(key)
-            .and_then(|h| h.metrics.election_key.get().cloned());
+        let election = scopes.get(key).and_then(|h| h.metrics.election());
         v["election_scope_read"] = election.is_some().into();
-        v["election_scope"] = election.unwrap_or_else(|| key.to_string()).into();
+        v["election_key_kind"] = election.as_ref().map(|e| e.kind).into();
+        v["election_legacy"] = election.as_ref().and_then(|e| e.legacy.clone()).into();
+        v["election_layout"] = crate::identity::LAYOUT.into();
+        v["election_scope"] = election.map_or_else(|| key.to_string(), |e| e.key).into();
         v["backend"] = self.backend.name().into();
         v["server_id"] = self.identity.current().into();
         v["server_id_confirmed"] = self.identity.is_settled().into();

@@ -336,9 +336,21 @@ impl PodsApi {
     }
 }
 
+/// The CA certificate this API server publishes in every namespace's `kube-root-ca.crt`.
+pub const ROOT_CA: &str =
+    "-----BEGIN CERTIFICATE-----\npods api test CA\n-----END CERTIFICATE-----\n";
+
 /// The UID of namespace `ns`'s `kube-root-ca.crt` ConfigMap on this API server.
 pub fn root_ca_uid(ns: &str) -> String {
     format!("root-ca-of-{ns}")
+}
+
+/// The cluster part of a scope's election key on this API server (`cluster:<digest of its CA>`).
+pub fn cluster_key() -> String {
+    format!(
+        "cluster:{}",
+        podsweep::kube_client::ca_digest(ROOT_CA.trim())
+    )
 }
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after `within`.
@@ -557,9 +569,10 @@ async fn handle(
         // cluster: podsweep reads its UID as the namespace's identity (its election key).
         (Method::GET, ["api", "v1", "namespaces", ns, "configmaps", "kube-root-ca.crt"]) => full(
             StatusCode::OK,
-            &json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
-                                 "uid": root_ca_uid(ns)}}),
+                                 "uid": root_ca_uid(ns)},
+                    "data": {"ca.crt": ROOT_CA}}),
         ),
         (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
             let opts: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
