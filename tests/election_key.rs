@@ -293,12 +293,12 @@ async fn a_changed_identity_moves_the_election_to_the_new_key() {
     e.observe(scope.clone(), obs).unwrap();
     settle().await;
     let old = Scope::new(Some("cluster:ca-1"), Some("spark"));
-    assert_eq!(backend.started(), [old.clone()]);
+    assert_eq!(backend.started(), std::slice::from_ref(&old));
     // Ten minutes later, the same certificate: nothing changes.
     tokio::time::advance(Duration::from_secs(601)).await;
     settle().await;
     assert_eq!(reads.load(Ordering::SeqCst), 2);
-    assert_eq!(backend.started(), [old.clone()]);
+    assert_eq!(backend.started(), std::slice::from_ref(&old));
     // The CA rotated: the next read moves the election.
     *ca.lock().unwrap() = "ca-2".to_owned();
     tokio::time::advance(Duration::from_secs(601)).await;
