@@ -121,6 +121,25 @@ pub trait PodDeleter: Send + Sync + 'static {
     fn record(&self, _note: EventNote) -> BoxFuture<'static, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// Reads what podsweep must know of pod `name` before it deletes a pod it has not observed
+    /// itself (a request another server handed over): `None` when there is no such pod. The
+    /// default cannot read (deleters of tests and benches that never need it).
+    fn inspect(&self, _name: &str) -> BoxFuture<'static, Result<Option<PodFacts>, String>> {
+        Box::pin(async { Err("this deleter cannot read pods".to_owned()) })
+    }
+}
+
+/// What [`PodDeleter::inspect`] reads of a pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    pub uid: String,
+    /// Label `kyuubi-unique-tag`, if set.
+    pub tag: Option<String>,
+    /// Label `spark-app-selector` is set.
+    pub has_app_selector: bool,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
 }
 
 /// One Kubernetes Event (`events.k8s.io/v1`) about a driver pod, from its scope's leader.
@@ -208,6 +227,28 @@ impl PodDeleter for KubeDeleter {
                 .publish(&event, &reference)
                 .await
                 .map_err(|e| error_chain(&e))
+        })
+    }
+
+    fn inspect(&self, name: &str) -> BoxFuture<'static, Result<Option<PodFacts>, String>> {
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.client.clone(), &self.namespace);
+        let name = name.to_owned();
+        Box::pin(async move {
+            let pod = api
+                .get_metadata_opt(&name)
+                .await
+                .map_err(|e| format!("GET pod {name}: {}", error_chain(&e)))?;
+            Ok(pod.map(|p| {
+                let meta = p.metadata;
+                let label = |k: &str| meta.labels.as_ref().and_then(|l| l.get(k)).cloned();
+                PodFacts {
+                    uid: meta.uid.clone().unwrap_or_default(),
+                    tag: label(crate::kyuubi_state::UNIQUE_TAG_LABEL),
+                    has_app_selector: label(crate::kyuubi_state::APP_SELECTOR_LABEL).is_some(),
+                    deleting: meta.deletion_timestamp.is_some(),
+                }
+            }))
         })
     }
 

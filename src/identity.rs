@@ -308,6 +308,7 @@ impl Reader {
     }
 
     fn hold(&self, why: &str, wait: Duration) {
+        // runbook: pause reason `cluster_identity`
         self.metrics.set_unhealthy(UNHEALTHY_NO_IDENTITY, why);
         self.metrics.pauses.open(
             PauseKind::ClusterIdentity,

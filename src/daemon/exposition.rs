@@ -381,7 +381,32 @@ impl Collector for Scopes {
                 }
             }
         }
-        self.lag(&mut encoder)
+        self.lag(&mut encoder)?;
+        self.election(&mut encoder)
+    }
+}
+
+impl Scopes {
+    /// `podsweep_election_info`: 1 per scope whose election key is read, labelled with the key's
+    /// kind (`cluster`, `url`), the election layout and whether podsweep 0.1's election is won
+    /// first ([`crate::identity`]).
+    fn election(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let mut m = encoder.encode_descriptor(
+            "podsweep_election_info",
+            "1 per scope whose election key is read: key_kind (cluster, url), layout, and legacy (true when podsweep 0.1's URL-keyed election is won first).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for s in &self.0 {
+            let Some(kind) = s["election_key_kind"].as_str() else {
+                continue;
+            };
+            let l = with(labels(s), "key_kind", kind);
+            let l = with(l, "layout", &s["election_layout"].to_string());
+            let l = with(l, "legacy", &(!s["election_legacy"].is_null()).to_string());
+            m.encode_family(&l)?.encode_gauge(&1i64)?;
+        }
+        Ok(())
     }
 }
 

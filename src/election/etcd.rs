@@ -147,7 +147,7 @@ fn leader_record(settings: &EtcdSettings, scope: &Scope) -> String {
 fn leaders_root(settings: &EtcdSettings) -> String {
     format!(
         "{}/leaders",
-        crate::election::inspect::podsweep_root(&settings.namespace)
+        crate::election::layout::podsweep_root(&settings.namespace)
     )
 }
 
@@ -180,8 +180,8 @@ impl Backend for EtcdBackend {
         }))
     }
 
-    fn in_contact(&self, identity: &str) -> bool {
-        self.pool.is_up(identity)
+    fn out_of_contact(&self, identity: &str) -> bool {
+        self.pool.out_of_contact(identity)
     }
 }
 

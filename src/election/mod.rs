@@ -36,6 +36,7 @@
 mod driver;
 pub mod etcd;
 pub mod inspect;
+pub mod layout;
 pub mod local;
 pub mod store;
 pub mod zookeeper;
@@ -200,10 +201,11 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// Whether this server is in contact with the backend now (its session is up): what it
-    /// hands to the scope's leader through the store can reach it. Always true for `local`.
-    fn in_contact(&self, _identity: &str) -> bool {
-        true
+    /// Whether this server is known to be out of contact with the backend now (its session in
+    /// doubt or lost, or its last attempt to open one failed): what it hands to a scope's leader
+    /// through the store would not reach it soon. Never for `local`.
+    fn out_of_contact(&self, _identity: &str) -> bool {
+        false
     }
 }
 
@@ -310,6 +312,10 @@ pub struct ElectionHandle {
     /// none.
     gate: watch::Receiver<Status>,
     gate_lease: LeaseCell,
+    /// The keys the election runs under now, once known.
+    keys: watch::Receiver<Option<ElectionKeys>>,
+    /// The records shared with the scope's other servers, through this backend.
+    store: Option<Arc<dyn store::ScopeStore>>,
     cancel: CancellationToken,
     step_down: mpsc::UnboundedSender<StepDown>,
     can_step_down: bool,
@@ -360,6 +366,8 @@ impl ElectionHandle {
     ) -> Self {
         let (signal, status, lease) = LeaderSignal::new();
         let (gate_signal, gate, gate_lease) = LeaderSignal::new();
+        let (keys_tx, keys) = watch::channel(None);
+        let store = backend.store(&identity);
         let cancel = CancellationToken::new();
         let (step_down, requests) = mpsc::unbounded_channel();
         let restarts = Restarts::new(
@@ -376,6 +384,7 @@ impl ElectionHandle {
             Signals {
                 main: signal,
                 gate: gate_signal,
+                keys: keys_tx,
             },
             cancel.clone(),
             requests,
@@ -386,6 +395,8 @@ impl ElectionHandle {
             lease,
             gate,
             gate_lease,
+            keys,
+            store,
             cancel,
             step_down,
             can_step_down: backend.can_step_down(),
@@ -404,6 +415,16 @@ impl ElectionHandle {
                     reason: reason.to_owned(),
                 })
                 .is_ok()
+    }
+
+    /// The keys the election runs under now (`None` until they are read).
+    pub fn keys(&self) -> Option<ElectionKeys> {
+        self.keys.borrow().clone()
+    }
+
+    /// The records this server shares with the scope's other servers (`None` for `local`).
+    pub fn store(&self) -> Option<Arc<dyn store::ScopeStore>> {
+        self.store.clone()
     }
 
     /// True when a DELETE may be sent now: leading, and the lease deadline is still ahead.
@@ -498,6 +519,8 @@ impl Drop for ElectionHandle {
 struct Signals {
     main: LeaderSignal,
     gate: LeaderSignal,
+    /// The keys the campaigns run under now.
+    keys: watch::Sender<Option<ElectionKeys>>,
 }
 
 /// Runs [`campaigns`] until `cancel` fires, under the first keys `key` yields and again under
@@ -549,6 +572,7 @@ async fn supervise(
         }
     };
     loop {
+        signals.keys.send_replace(Some(keys.clone()));
         let (ran, new) = {
             let term = cancel.child_token();
             let run = campaigns(&backend, &keys, &identity, &signals, &term, &mut requests);
@@ -641,10 +665,8 @@ fn campaign(
             keys.key.clone(),
             legacy.clone(),
             identity,
-            Signals {
-                main,
-                gate: signals.gate.clone(),
-            },
+            main,
+            signals.gate.clone(),
             cancel,
         )),
     }
@@ -659,16 +681,17 @@ async fn layered(
     key: Scope,
     legacy: Scope,
     identity: String,
-    signals: Signals,
+    main: LeaderSignal,
+    first_signal: LeaderSignal,
     cancel: CancellationToken,
 ) {
-    let mut gate = signals.gate.status.subscribe();
+    let mut gate = first_signal.status.subscribe();
     // Not a child of `cancel`: the first seat is given back after the second.
     let first_cancel = CancellationToken::new();
     let first = backend.campaign(
         legacy.clone(),
         identity.clone(),
-        signals.gate.clone(),
+        first_signal.clone(),
         first_cancel.clone(),
     );
     tokio::pin!(first);
@@ -678,12 +701,8 @@ async fn layered(
         match (st.leadership, second.is_some()) {
             (Leadership::Leading, false) if !cancel.is_cancelled() => {
                 let term = cancel.child_token();
-                let run = backend.campaign(
-                    key.clone(),
-                    identity.clone(),
-                    signals.main.clone(),
-                    term.clone(),
-                );
+                let run =
+                    backend.campaign(key.clone(), identity.clone(), main.clone(), term.clone());
                 second = Some((term, run));
             }
             (Leadership::Following | Leadership::NoQuorum, true) => {
@@ -701,8 +720,8 @@ async fn layered(
                 st.reason
             );
             match st.leadership {
-                Leadership::NoQuorum => signals.main.no_quorum(&why),
-                _ => signals.main.follow(&why),
+                Leadership::NoQuorum => main.no_quorum(&why),
+                _ => main.follow(&why),
             }
         }
         tokio::select! {

@@ -429,12 +429,30 @@ impl Engine {
     /// precondition, whatever the pod's state and the cleanup kind (a scope of kind NONE starts
     /// its election for it). `why` is logged with it. Non-blocking; refused in self-watch mode.
     ///
-    /// Returns whether the pod was taken: `false` when podsweep leaves it to the caller (a pod
-    /// without Kyuubi's driver labels, a scope the allow lists refused on an earlier event), so
-    /// that the caller deletes it as it would without podsweep; never taken and dropped.
+    /// Whichever server Kyuubi asks, the leader hears of it: the scope's task hands the request
+    /// to the leader through the HA backend's store ([`crate::election::store`], shelf
+    /// `requests`), so a follower whose Kyuubi alone asks (it re-listed the pod after a restart;
+    /// owner-scoped informers) gets the pod deleted within seconds, once.
+    ///
+    /// Returns whether the pod was taken: `false` when podsweep leaves it to the caller, so that
+    /// the caller deletes it as it would without podsweep; never taken and dropped. Left to the
+    /// caller: a pod without Kyuubi's driver labels, a scope the allow lists refused on an
+    /// earlier event, every pod in a dry run (a dry run changes nothing of what Kyuubi does), and
+    /// every pod while this server is known to be out of contact with the HA backend (a request
+    /// could not reach the leader).
     pub fn due_now(&self, scope: Scope, obs: Observation, why: &str) -> Result<bool, EngineError> {
         self.check_observation(&obs, true)?;
-        if !obs.is_kyuubi_driver() {
+        if !obs.is_kyuubi_driver() || self.settings.tuning.dry_run {
+            return Ok(false);
+        }
+        if self.backend.out_of_contact(&self.identity.current()) {
+            // runbook: Kyuubi deletes a pod itself: the HA backend is out of reach
+            warn!(
+                "Pod {} ({why}) is left to Kyuubi to delete: this server is out of contact with \
+                 its HA backend ({}), so no cleanup leader would hear of it",
+                obs.pod_name,
+                self.backend.name()
+            );
             return Ok(false);
         }
         let slot = self.slot(self.scope_id(scope)?)?;

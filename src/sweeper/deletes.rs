@@ -116,6 +116,20 @@ impl Sweeper {
                 // again meanwhile, in self-watch mode): `on_done` puts it back.
                 continue;
             }
+            if self.cfg.tuning.dry_run {
+                match self.dry_run_seen(&uid) {
+                    // What earlier leaders reported is not read yet: send nothing yet.
+                    super::shared::DryRun::Unknown => {
+                        self.due.push_front(uid);
+                        return;
+                    }
+                    super::shared::DryRun::Reported => {
+                        self.settle_reported(&uid);
+                        continue;
+                    }
+                    super::shared::DryRun::New => {}
+                }
+            }
             if let Err(wait) = self.bucket.take(now) {
                 // Rate limit: this pod goes first once a token is there.
                 self.due.push_front(uid);
@@ -214,6 +228,11 @@ impl Sweeper {
         if outcome.class.is_done() {
             if let Some(gone) = self.tracker.settle(&uid, Instant::now()) {
                 self.unkeep(&gone);
+            }
+            if self.cfg.tuning.dry_run {
+                self.note_reported(&uid);
+            } else {
+                self.shared_gone(&uid);
             }
             self.forget(&uid);
         } else {

@@ -31,6 +31,7 @@ mod events;
 mod failures;
 mod inbox;
 mod retention;
+mod shared;
 mod supervise;
 mod watched;
 
@@ -212,6 +213,8 @@ struct Sweeper {
     event_bucket: Option<Bucket>,
     /// DELETEs in flight allowed, from the API server's answers.
     pace: adaptive::Pace,
+    /// What the task shares with the scope's other servers through the HA backend.
+    shared: shared::Shared,
 }
 
 impl Sweeper {
@@ -260,6 +263,9 @@ impl Sweeper {
                 }
                 Some(done) = self.inflight.join_next_with_id(), if !self.inflight.is_empty() => {
                     self.on_done(done);
+                }
+                Some(done) = self.shared.tasks.join_next(), if !self.shared.tasks.is_empty() => {
+                    self.on_shared(done);
                 }
                 _ = sleep_until_some(timer_at) => self.on_timers(),
                 _ = sleep_until_some(self.build_at) => self.build_deleter().await,
@@ -411,6 +417,10 @@ impl Sweeper {
     fn on_observe(&mut self, obs: &Observation) {
         ScopeMetrics::inc(&self.metrics.observed);
         let uid = Uid::new(&obs.pod_uid);
+        if obs.is_cleaned() {
+            // Gone (or going): whatever the scope's servers share about it goes too.
+            self.shared_gone(&uid);
+        }
         let now_wall = self.clock.now();
         match self
             .tracker
@@ -483,10 +493,13 @@ impl Sweeper {
                     "Pod {} ({}, kyuubi-unique-tag={}) is to be deleted now: {why}",
                     obs.pod_name, obs.state.as_str(), obs.tag
                 );
+                // Whoever leads hears of it, now or after a failover.
+                self.post_request(obs, why);
                 self.make_due_now(uid, now_wall);
             }
             Verdict::Cancel(rec) => {
                 ScopeMetrics::inc(&self.metrics.cancelled);
+                self.shared_gone(&uid);
                 self.forget(&uid);
                 if self.inflight_abort.contains_key(&uid) {
                     self.finishing.insert(uid.clone(), rec);
@@ -590,6 +603,11 @@ impl Sweeper {
         let leading = st.leadership == Leadership::Leading;
         self.metrics.leader.store(u64::from(leading), Relaxed);
         self.leading_since = leading.then(Instant::now);
+        match st.leadership {
+            Leadership::Leading => self.shared_begin_term(),
+            Leadership::Following | Leadership::NoQuorum => self.shared_end_term(),
+            Leadership::Paused => {}
+        }
         match st.leadership {
             Leadership::Leading => {
                 info!(

@@ -537,6 +537,18 @@ impl Tracker {
         Verdict::DueNow
     }
 
+    /// Marks a tracked record as one Kyuubi asked to delete at once (another server's Kyuubi,
+    /// through the store); true when it was not marked so before.
+    pub fn mark_immediate(&mut self, uid: &Uid) -> bool {
+        let Some(slot) = self.slot(uid) else {
+            return false;
+        };
+        let rec = &mut self.records[slot as usize];
+        let before = rec.flags & IMMEDIATE != 0;
+        rec.flags |= IMMEDIATE;
+        !before
+    }
+
     /// A driver pod was seen in a non-terminal state at `at` by events answered on the caller's
     /// thread ([`crate::seen`]): its time last seen running moves up to `at`, as if they had come
     /// here. Only a pod already remembered as running is concerned.

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -140,22 +140,57 @@ impl RealKube {
         let sa: ServiceAccount =
             serde_json::from_value(json!({"metadata": {"name": "default"}})).unwrap();
         let _ = sas.create(&PostParams::default(), &sa).await;
+        self.publish_root_ca(ns).await;
     }
 
-    /// A ServiceAccount for a server (pods: get, list, watch, delete; events: create, patch),
-    /// and a token for it.
+    /// What kube-controller-manager's root CA publisher does in every namespace of a real
+    /// cluster (this control plane runs no controller manager): the ConfigMap `kube-root-ca.crt`
+    /// with the cluster's CA, whose digest is the scopes' election key.
+    pub async fn publish_root_ca(&self, ns: &str) {
+        let ca = std::fs::read_to_string(&self.ca).expect("the API server's CA");
+        let cms: Api<ConfigMap> = Api::namespaced(self.admin().await, ns);
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "kube-root-ca.crt"},
+            "data": {"ca.crt": ca}
+        }))
+        .unwrap();
+        let _ = cms.create(&PostParams::default(), &cm).await;
+    }
+
+    /// The cluster part of a scope's election key on this API server.
+    pub fn cluster_key(&self) -> String {
+        let ca = std::fs::read_to_string(&self.ca).expect("the API server's CA");
+        format!("cluster:{}", podsweep::kube_client::ca_digest(ca.trim()))
+    }
+
+    /// A ServiceAccount for a server (pods: get, list, watch, delete; the `kube-root-ca.crt`
+    /// ConfigMap: get; events: create, patch), and a token for it.
     pub async fn server_token(&self, name: &str) -> String {
+        self.token_with_role(name, "podsweep-server", true).await
+    }
+
+    /// [`RealKube::server_token`] for an account whose role lacks the rule on the
+    /// `kube-root-ca.crt` ConfigMap (an RBAC change rolled out to some accounts only).
+    pub async fn server_token_without_identity(&self, name: &str) -> String {
+        self.token_with_role(name, "podsweep-server-no-identity", false)
+            .await
+    }
+
+    async fn token_with_role(&self, name: &str, role_name: &str, identity: bool) -> String {
         self.namespace(SERVERS_NS).await;
         let admin = self.admin().await;
         let roles: Api<ClusterRole> = Api::all(admin.clone());
-        let role: ClusterRole = serde_json::from_value(json!({
-            "metadata": {"name": "podsweep-server"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
-                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
-            ]
-        }))
-        .unwrap();
+        let mut rules = vec![
+            json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]}),
+            json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
+        ];
+        if identity {
+            rules.push(json!({"apiGroups": [""], "resources": ["configmaps"],
+                "resourceNames": ["kube-root-ca.crt"], "verbs": ["get"]}));
+        }
+        let role: ClusterRole =
+            serde_json::from_value(json!({"metadata": {"name": role_name}, "rules": rules}))
+                .unwrap();
         let _ = roles.create(&PostParams::default(), &role).await;
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SERVERS_NS);
         let sa: ServiceAccount =
@@ -164,7 +199,7 @@ impl RealKube {
         let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
         let b: ClusterRoleBinding = serde_json::from_value(json!({
             "metadata": {"name": format!("podsweep-server-{name}")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "podsweep-server"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": SERVERS_NS}]
         }))
         .unwrap();

@@ -137,10 +137,18 @@ impl<C: Connect> Pool<C> {
         is_live(&*entry.session).then(|| entry.session.clone())
     }
 
-    /// Whether the live session of `identity` is in contact now ([`Health::Up`]).
-    pub(crate) fn is_up(&self, identity: &str) -> bool {
-        self.peek(identity)
-            .is_some_and(|s| matches!(*s.health().borrow(), Health::Up { .. }))
+    /// Whether `identity` is known to be out of contact now: its session is in doubt, down or
+    /// lost, or it has none and the last attempt to open one failed. A server that has not tried
+    /// yet is not known to be out of contact.
+    pub(crate) fn out_of_contact(&self, identity: &str) -> bool {
+        let slots = self.slots();
+        let Some(slot) = slots.get(identity) else {
+            return false;
+        };
+        match &slot.current {
+            Some(e) => !matches!(*e.session.health().borrow(), Health::Up { .. }),
+            None => slot.last_error.is_some(),
+        }
     }
 
     /// A scope is done with `session`; the last one closes it.

@@ -8,7 +8,7 @@ use etcd_client::{Client, ConnectOptions, DeleteOptions, GetOptions};
 
 use super::{bounded, leaders_root, tls_options, CONNECT_TIMEOUT};
 use crate::config::EtcdSettings;
-use crate::election::inspect::{podsweep_root, Candidate, Election, InspectError, Layout, Removed};
+use crate::election::layout::{podsweep_root, Candidate, Election, InspectError, Layout, Removed};
 use crate::scope::Scope;
 
 async fn connect(s: &EtcdSettings) -> Result<Client, InspectError> {

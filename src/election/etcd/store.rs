@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use super::{describe, EtcdConnect, EtcdSession};
 use crate::config::EtcdSettings;
 use crate::election::driver::Pool;
-use crate::election::inspect::podsweep_root;
+use crate::election::layout::podsweep_root;
 use crate::election::store::{
     bounded, decode_name, encode_name, shelf_path, Changed, Entry, ScopeStore, Shelf,
 };

@@ -10,7 +10,7 @@ use zookeeper_client::{Client, Error as ZkError};
 use super::connect::connector;
 use super::LATCH_NAME;
 use crate::config::ZkSettings;
-use crate::election::inspect::{podsweep_root, Candidate, Election, InspectError, Layout, Removed};
+use crate::election::layout::{podsweep_root, Candidate, Election, InspectError, Layout, Removed};
 use crate::scope::Scope;
 
 /// Upper bound on each request of a reading.

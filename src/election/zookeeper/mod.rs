@@ -162,8 +162,8 @@ impl Backend for ZooKeeperBackend {
         }))
     }
 
-    fn in_contact(&self, identity: &str) -> bool {
-        self.pool.is_up(identity)
+    fn out_of_contact(&self, identity: &str) -> bool {
+        self.pool.out_of_contact(identity)
     }
 }
 

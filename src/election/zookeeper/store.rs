@@ -11,7 +11,7 @@ use super::connect::node_acls;
 use super::{ZkConnect, ZkSession};
 use crate::config::ZkSettings;
 use crate::election::driver::Pool;
-use crate::election::inspect::podsweep_root;
+use crate::election::layout::podsweep_root;
 use crate::election::store::{
     bounded, decode_name, encode_name, shelf_path, Changed, Entry, ScopeStore, Shelf,
 };

@@ -31,18 +31,19 @@ class CanceledBatchSuite extends AnyFunSuite {
   private lazy val admin: KubernetesClient = kube.admin
   private lazy val logDir: Path = Files.createTempDirectory("podsweep-kyuubi-canceled-")
 
-  private def servers(kind: KyuubiHome.Kind, ns: String, extra: Map[String, String]): Seq[KyuubiServer] = {
-    val db = logDir.resolve(s"$ns-metadata.db")
+  private def servers(kind: KyuubiHome.Kind, ns: String, extra: Map[String, String]): Seq[KyuubiServer] =
     // One after the other: each initializes the shared SQLite store's schema.
-    (1 to 3).map { i =>
-      val name = s"$ns-$i"
-      new KyuubiServer(name, kind,
-        KyuubiServer.conf(name, kube, Seq(ns), retainMs = 600000L) ++ extra ++ Map(
-          "kyuubi.frontend.protocols" -> "THRIFT_BINARY,REST",
-          "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$db",
-          "podsweep.driver.metadataStore" -> "true"),
-        logDir)
-    }
+    (1 to 3).map(i => server(kind, ns, s"$ns-$i", extra))
+
+  /** One server of the fleet of `ns` (its shared metadata store, the REST frontend). */
+  private def server(kind: KyuubiHome.Kind, ns: String, name: String, extra: Map[String, String]): KyuubiServer = {
+    val db = logDir.resolve(s"$ns-metadata.db")
+    new KyuubiServer(name, kind,
+      KyuubiServer.conf(name, kube, Seq(ns), retainMs = 600000L) ++ extra ++ Map(
+        "kyuubi.frontend.protocols" -> "THRIFT_BINARY,REST",
+        "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$db",
+        "podsweep.driver.metadataStore" -> "true"),
+      logDir)
   }
 
   /**
@@ -125,6 +126,49 @@ class CanceledBatchSuite extends AnyFunSuite {
 
   test("kind ALL, three patched servers: 20 CANCELED batches' pods get one DELETE each, the followers forget them, none after a failover") {
     canceledFleet("ALL", 20)
+  }
+
+  test("kind NONE: a batch canceled after every server saw its pod, asked for by one restarted follower alone: the leader deletes it within seconds, once") {
+    // Issue 32, item 1. Before: the follower took the pod (dueNow answered TAKEN, so Kyuubi sent
+    // nothing), kept it, and the leader never heard of it: the canceled job kept running.
+    KyuubiHome.patchedMissing.orElse(RealKube.missing).foreach(why => fail(s"cannot run: $why"))
+    val ns = "canceled-follower"
+    val ha = HaBackend.start("zookeeper")
+    val extra = ha.kyuubiConf ++ Map("kyuubi.ha.namespace" -> "kyuubi-canceled-follower")
+    var fleet = servers(KyuubiHome.Patched, ns, extra)
+    try {
+      // A batch canceled before its pod showed up: every server asks, a leader deletes it.
+      val first = canceledBatchPod(fleet, ns)
+      eventually(assert(kube.pod(admin, ns, first).isEmpty, s"$first still there"))
+      val leader = eventually(fleet.filter(_.isLeader(ns)) match {
+        case Seq(one) => one
+        case other => fail(s"leaders: $other")
+      })
+      // A batch's pod every server sees while the batch runs: nobody asks.
+      val tag = UUID.randomUUID().toString
+      val late = "late-cancel"
+      kube.createPod(admin, ns, new PodBuilder(KyuubiPods.driver(late, tag = tag))
+        .editOrNewStatus().withPhase("Pending").endStatus().build())
+      eventually(fleet.foreach(s => assert(s.appInfo(None, Some(ns), tag).state != "NOT_FOUND", s.name)))
+      // The batch is canceled; then a follower restarts: its informer lists the pod again and
+      // its Kyuubi alone asks for the delete.
+      fleet.head.cancelBatch(tag)
+      val follower = fleet.filterNot(_ eq leader).last
+      follower.close()
+      val restarted = server(KyuubiHome.Patched, ns, follower.name, extra)
+      fleet = fleet.map(s => if (s eq follower) restarted else s)
+      val asked = System.currentTimeMillis()
+      eventually(assert(kube.pod(admin, ns, late).isEmpty, s"$late still there"))
+      val took = System.currentTimeMillis() - asked
+      val deletes = kube.podDeletes(ns).filter(_.pod.exists(_._2 == late))
+      info(s"kind NONE: $late asked for by ${follower.name} alone after its restart; ${deletes.size} DELETE(s) " +
+        s"(${deletes.map(d => s"${d.status} by ${d.bearer.getOrElse("?")}").mkString(", ")}), gone ${took} ms after the restart")
+      assert(deletes.size == 1 && deletes.head.status == 200 && deletes.head.bearer.contains(leader.name), deletes)
+      fleet.foreach(s => assert(s.logLines("Failed to delete pod").isEmpty, s.name))
+    } finally {
+      fleet.foreach(s => scala.util.Try(s.close()))
+      ha.close()
+    }
   }
 
   test("the same with stock Kyuubi 1.12.0: every server that sees the pod deletes it") {

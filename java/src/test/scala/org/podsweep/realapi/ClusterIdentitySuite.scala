@@ -19,8 +19,10 @@ import org.scalatest.time.{Millis, Seconds, Span}
  * in-cluster environment (`KUBERNETES_SERVICE_HOST`, the ServiceAccount files where Kubernetes
  * mounts them: the daemon runs in a private mount namespace with them there). Each time one
  * leader for the namespace, and each of 10 terminated driver pods gets one DELETE in the audit
- * log. Before the namespace's identity (the UID of its `kube-root-ca.crt` ConfigMap) named the
- * election, the servers elected under their URLs: both led, 20 DELETEs for 10 pods.
+ * log. Before the cluster's identity (the digest of the CA certificate in the namespace's
+ * `kube-root-ca.crt` ConfigMap) named the election, the servers elected under their URLs: both
+ * led, 20 DELETEs for 10 pods. Each daemon also wins podsweep 0.1's election of its own URL first
+ * (`ha.legacyElection`): the two URLs are two such elections, and the cluster's election decides.
  */
 class ClusterIdentitySuite extends AnyFunSuite {
   implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(90, Seconds), Span(200, Millis))
@@ -105,7 +107,7 @@ class ClusterIdentitySuite extends AnyFunSuite {
       })
       val keys = eventually {
         val k = daemons.map(_.status(ns).string("election_scope"))
-        assert(k.forall(_.startsWith("ns-uid:")), k)
+        assert(k.forall(_.startsWith("cluster:")), k)
         k
       }
       assert(keys.distinct.size == 1, keys)
@@ -151,20 +153,29 @@ class ClusterIdentitySuite extends AnyFunSuite {
     }
   }
 
-  test("a namespace whose identity cannot be read falls back to the URL, with one WARN naming the RBAC rule") {
+  test("a namespace whose identity cannot be read is held: no campaign, unhealthy, one ERROR naming the RBAC rule; it campaigns once published") {
     need()
     val ns = "identity-unpublished"
     kube.ensureNamespaceWithoutRootCa(ns)
     val ha = HaBackend.start("zookeeper")
-    val d = new PodsweepDaemon("identity-fallback", kube.clientConf("identity-fallback") ++
-      common(ns, ha, "kyuubi-identity-fallback"), logDir)
+    val d = new PodsweepDaemon("identity-held", kube.clientConf("identity-held") ++
+      common(ns, ha, "kyuubi-identity-held"), logDir)
     try {
-      eventually(assert(d.isLeader(ns)))
-      val st = d.status(ns)
-      assert(st.string("election_scope").startsWith(kube.url), st)
-      val warns = d.log.filter(l => l.contains("WARN") && l.contains("cannot read which cluster it is in"))
-      assert(warns.size == 1, d.log.mkString("\n"))
-      assert(warns.head.contains("kube-root-ca.crt") && warns.head.contains("404"), warns.head)
+      eventually {
+        val st = d.status(ns)
+        assert(st.string("pause_reason") == "cluster_identity" && st.fields().get("healthy") == java.lang.Boolean.FALSE, st)
+      }
+      assert(!d.isLeader(ns))
+      val errors = d.log.filter(l => l.contains("ERROR") && l.contains("cannot read which cluster it is in"))
+      assert(errors.size == 1, d.log.mkString("\n"))
+      assert(errors.head.contains("kube-root-ca.crt") && errors.head.contains("404") &&
+        errors.head.contains("electionKey=URL"), errors.head)
+      // Published (as the root CA publisher would): the next read, at most a minute later, works.
+      kube.publishRootCa(ns)
+      eventually(timeout(Span(90, Seconds))) {
+        assert(d.isLeader(ns))
+        assert(d.status(ns).string("election_scope").startsWith("cluster:"), d.status(ns))
+      }
     } finally {
       d.close()
       ha.close()

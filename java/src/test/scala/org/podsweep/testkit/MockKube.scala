@@ -86,14 +86,15 @@ final class MockKube extends TestApi {
 
   /**
    * What kube-controller-manager's root CA publisher leaves in every namespace of a real cluster:
-   * the ConfigMap `kube-root-ca.crt`, whose UID podsweep reads as the namespace's identity (the
-   * CRUD store would answer 404 for a namespace no test wrote it to).
+   * the ConfigMap `kube-root-ca.crt` with the cluster's CA certificate, whose digest podsweep
+   * reads as the cluster's identity (the CRUD store would answer 404 for a namespace no test
+   * wrote it to).
    */
   private def rootCa(request: RecordedRequest): Option[MockResponse] =
     MockKube.RootCaPath.unapplySeq(Option(request.getPath).getOrElse("").takeWhile(_ != '?')) match {
       case Some(List(ns)) if request.getMethod == "GET" =>
         Some(new MockResponse().setResponseCode(200).setHeader("Content-Type", "application/json").setBody(
-          s"""{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-root-ca.crt","namespace":"$ns","uid":"root-ca-of-$ns"}}"""))
+          s"""{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-root-ca.crt","namespace":"$ns","uid":"root-ca-of-$ns"},"data":{"ca.crt":"mock API server CA"}}"""))
       case _ => None
     }
 

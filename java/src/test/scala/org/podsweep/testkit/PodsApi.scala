@@ -190,11 +190,11 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
       }
       path match {
         // What kube-controller-manager's root CA publisher leaves in every namespace of a real
-        // cluster: podsweep reads its UID as the namespace's identity (its election key).
+        // cluster: podsweep reads the digest of its CA certificate as the cluster's identity.
         case PodsApi.RootCaPath(n) if method == "GET" =>
           record(200, fault)
           reply(ex, 200, s"""{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"kube-root-ca.crt",""" +
-            s""""namespace":"$n","uid":"root-ca-of-$n"}}""")
+            s""""namespace":"$n","uid":"root-ca-of-$n"},"data":{"ca.crt":"pods api test CA"}}""")
           return
         case _ =>
       }
