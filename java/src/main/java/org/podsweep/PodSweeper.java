@@ -247,6 +247,11 @@ public final class PodSweeper implements AutoCloseable {
    * later running state does not disarm it, a DELETE event or deletion timestamp ends it.
    * Non-blocking. Refused in self-watch mode ({@link IllegalStateException}).
    *
+   * <p>Whichever server is asked, the leader hears of it: the request is handed to it through
+   * the HA backend ({@code /<kyuubi.ha.namespace>-podsweep/requests/}), so a follower whose
+   * Kyuubi alone asks (it re-listed the pod after a restart; owner-scoped informers) gets the pod
+   * deleted within seconds, once.
+   *
    * <p>Under cleanup kind {@code NONE} podsweep tracks only the pods handed to this call; every
    * server that was handed one forgets it when its informer reports the pod's DELETE (or
    * deletion timestamp) through {@link #observe}, so a later leader never deletes it again.
@@ -256,7 +261,9 @@ public final class PodSweeper implements AutoCloseable {
    * @return true when podsweep took the pod (its leader deletes it; the caller sends nothing);
    *     false when podsweep leaves it to the caller, who deletes it as it would without podsweep:
    *     a pod without Kyuubi's driver labels ({@code kyuubi-unique-tag} and {@code
-   *     spark-app-selector}), or a scope the allow lists refused
+   *     spark-app-selector}), a scope the allow lists refused, every pod in a dry run ({@code
+   *     dryRun=true} changes nothing of what Kyuubi does), and every pod while this server is out
+   *     of contact with its HA backend (no leader would hear of it)
    * @throws IllegalArgumentException for a bad argument (the message names it)
    */
   public boolean dueNow(
