@@ -91,6 +91,10 @@ pub mod keys {
     /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
     /// ZooKeeper that Kyuubi started for this server alone.
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
+    /// The operator says this server is the only one cleaning its scopes: without an HA backend
+    /// it may clean them on its own (self-watch mode refuses to start otherwise).
+    pub const HA_SINGLE_SERVER: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.singleServer";
     /// Read by the patched Kyuubi, not by the engine: `false` restores Kyuubi's own cleanup.
     pub const PODSWEEP_ENABLED: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.podsweep.enabled";

@@ -1,0 +1,320 @@
+//! Issue 32 §5: a fleet whose informers see only their own pods (Kyuubi's owner-scoped watch),
+//! where the leader of each scope also watches all its driver pods (`scopeWatch`), on the real
+//! kube-apiserver and a real ZooKeeper, every DELETE counted from the API server's audit log.
+//! The LEADER goes, not a follower: its pods must still go, each once; and a server that lost
+//! its leadership holds nothing of the pods its own informer never sees end.
+//!
+//! Heavy (a kube-apiserver, a ZooKeeper): `cargo test --test owner_scoped -- --ignored
+//! --test-threads 1`. Each test prints one JSON line (`{"bench": "owner_scoped", ...}`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::owned::{leader, Member, WATCH_SCOPE};
+use common::proxy::Proxy;
+use common::real_kube::{eventually, RealKube};
+use common::zk::ZkServer;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use podsweep::config::keys;
+use serde_json::{json, Value};
+
+fn stamp() -> Value {
+    json!({
+        "commit": podsweep::build_info::COMMIT,
+        "date": jiff::Timestamp::from_second(
+            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
+        ).unwrap().to_string(),
+        "api_server": format!("kube-apiserver {}", RealKube::shared().version),
+        "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok()
+            .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())),
+    })
+}
+
+/// Terminates a running pod as a kubelet would (Succeeded, finished now).
+async fn finish(k: &RealKube, ns: &str, name: &str) {
+    let api: Api<Pod> = Api::namespaced(k.admin().await, ns);
+    let at = jiff::Timestamp::now().to_string();
+    let status = json!({"status": {"phase": "Succeeded", "containerStatuses": [{
+        "name": "spark-kubernetes-driver", "image": "spark", "imageID": "", "ready": false, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "startedAt": at, "finishedAt": at, "reason": "Completed"}}}]}});
+    api.patch_status(name, &Default::default(), &kube::api::Patch::Merge(&status))
+        .await
+        .expect("status");
+}
+
+/// A status figure (0 when absent).
+fn n(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+/// Nothing left to do on this server: nothing tracked, due, queued or in flight.
+fn quiet(v: &Value) -> bool {
+    ["tracked", "due", "inflight", "queued"]
+        .iter()
+        .all(|k| n(v, k) == 0)
+}
+
+/// The followers restart (a rolling restart: their informers list none of their pods, all gone),
+/// new jobs land on the leader only, and the leader stops while its pods wait for their retain
+/// period. Every follower's informer sees none of the pods left: before issue 32 none of them
+/// campaigned (a server campaigned for a scope only on its informer's events, and released it
+/// when idle), so the pods stayed until a job landed on another server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real kube-apiserver: cargo test --test owner_scoped -- --ignored"]
+async fn the_leader_stops_and_its_pods_still_go_each_once() {
+    let k = RealKube::shared();
+    let zk = ZkServer::start();
+    let ns = "owned-gap";
+    k.namespace(ns).await;
+    let addr = zk.addr();
+    let extra = [
+        (keys::HA_ADDRESSES, addr.as_str()),
+        (keys::HA_NAMESPACE, "owned-gap"),
+        (keys::RETAIN_PERIOD, "PT5S"),
+    ];
+    let ids = ["gap-0", "gap-1", "gap-2"];
+    let mut members = Vec::new();
+    for id in ids {
+        members.push(Member::start(k, ns, id, &extra).await);
+    }
+    // Each server's own jobs, and a shared one; they finish and go.
+    let mut pods = Vec::new();
+    for id in ids {
+        for j in 0..2 {
+            let name = format!("{id}-first-{j}");
+            k.running_pod(ns, &name, &[(WATCH_SCOPE, id)], &[]).await;
+            pods.push(name);
+        }
+    }
+    k.running_pod(ns, "shared", &[(WATCH_SCOPE, "global")], &[])
+        .await;
+    pods.push("shared".to_owned());
+    let first = leader(&members, Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    for p in &pods {
+        finish(k, ns, p).await;
+    }
+    let n_first = pods.len();
+    assert!(
+        eventually(Duration::from_secs(60), || k.deletes_in(ns).len()
+            >= n_first)
+        .await,
+        "the first jobs' pods deleted: {:?}",
+        k.deletes_in(ns)
+    );
+    // The followers restart, one after the other.
+    let leader_id = members[first].id.clone();
+    let mut kept = Vec::new();
+    for m in members {
+        if m.id == leader_id {
+            kept.insert(0, m);
+        } else {
+            let id = m.id.clone();
+            m.stop().await;
+            kept.push(Member::start(k, ns, &id, &extra).await);
+        }
+    }
+    let mut members = kept;
+    let restarted: Vec<Value> = members[1..].iter().map(Member::status).collect();
+    // New jobs, on the leader only; they finish, and it stops while they wait for their period.
+    let mut last = Vec::new();
+    for j in 0..3 {
+        let name = format!("{leader_id}-last-{j}");
+        k.running_pod(ns, &name, &[(WATCH_SCOPE, &leader_id)], &[])
+            .await;
+        last.push(name);
+    }
+    for p in &last {
+        finish(k, ns, p).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || n(
+            &members[0].status(),
+            "tracked"
+        ) == 3)
+        .await,
+        "the leader tracks its last pods: {}",
+        members[0].status()
+    );
+    let stopped = members.remove(0);
+    let stopped_at = Instant::now();
+    stopped.stop().await;
+    // A follower leads and watches the scope.
+    let mut failover_s = None;
+    while stopped_at.elapsed() < Duration::from_secs(60) {
+        if members
+            .iter()
+            .any(|m| m.leads() && m.status()["watching"] == true)
+        {
+            failover_s = Some(stopped_at.elapsed().as_secs_f64());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pods.extend(last.iter().cloned());
+    let all = pods.len();
+    let cleaned = eventually(Duration::from_secs(60), || k.deletes_in(ns).len() >= all).await;
+    // Whatever else was coming has come: every server left has nothing to do.
+    let settled = eventually(Duration::from_secs(30), || {
+        members.iter().all(|m| quiet(&m.status()))
+    })
+    .await;
+    let deletes = k.deletes_in(ns);
+    let left = k.pods(ns).await;
+    let statuses: Vec<Value> = members.iter().map(Member::status).collect();
+    for m in members {
+        m.stop().await;
+    }
+    let per_pod: BTreeSet<usize> = pods
+        .iter()
+        .map(|p| deletes.iter().filter(|d| &d.name == p).count())
+        .collect();
+    let figures = json!({"bench": "owner_scoped", "case": "leader_stops", "stamp": stamp(),
+        "servers": 3, "leader": leader_id, "pods": all, "pods_left_by_the_leader": last.len(),
+        "restarted_followers_known_before": restarted.iter().map(|s| s["known"].clone()).collect::<Vec<_>>(),
+        "failover_to_a_watching_leader_s": failover_s.map(|s| (s * 1000.0).round() / 1000.0),
+        "deletes": deletes.len(), "deletes_answered_200": deletes.iter().filter(|d| d.code == 200).count(),
+        "deletes_per_pod": per_pod.iter().collect::<Vec<_>>(), "left": left,
+        "settled": settled, "cleaned_in_time": cleaned,
+        "senders": deletes.iter().map(|d| d.user.clone()).collect::<BTreeSet<_>>()});
+    println!("{figures}");
+    assert!(failover_s.is_some(), "no follower took over: {statuses:?}");
+    assert_eq!(figures["left"], json!([]), "{figures}");
+    assert_eq!(figures["deletes_per_pod"], json!([1]), "{figures}");
+    assert_eq!(figures["deletes_answered_200"], all, "{figures}");
+}
+
+/// The leader is cut off from ZooKeeper: another server takes over, and once it is a follower
+/// again the ex-leader holds nothing of the pods of other owners that only its scope watch had
+/// told it of (tracked, spared, running), while its own informer's stay; when it leads again it
+/// sends no DELETE for a pod another leader deleted meanwhile (which its informer never saw go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real kube-apiserver: cargo test --test owner_scoped -- --ignored"]
+async fn an_ex_leader_holds_nothing_of_other_owners_pods() {
+    let k = RealKube::shared();
+    let zk = ZkServer::start();
+    let ns = "owned-ex";
+    k.namespace(ns).await;
+    let ids = ["ex-0", "ex-1", "ex-2"];
+    let mut proxies = Vec::new();
+    let mut members = Vec::new();
+    for id in ids {
+        let proxy = Proxy::start(&zk.addr()).await;
+        let extra = [
+            (keys::HA_ADDRESSES, proxy.addr.as_str()),
+            (keys::HA_NAMESPACE, "owned-ex"),
+            (keys::ZK_SESSION_TIMEOUT, "4000"),
+            // FAILED pods are spared (kept) under COMPLETED.
+            (keys::CLEANUP_KIND, "COMPLETED"),
+            (keys::RETAIN_PERIOD, "PT30S"),
+        ];
+        members.push(Member::start(k, ns, id, &extra).await);
+        proxies.push(proxy);
+    }
+    let now = SystemTime::now();
+    // Per owner, and shared: one running, one failed (spared), one finished (tracked).
+    for owner in ids.iter().copied().chain(["global"]) {
+        k.running_pod(
+            ns,
+            &format!("{owner}-running"),
+            &[(WATCH_SCOPE, owner)],
+            &[],
+        )
+        .await;
+        k.terminated_pod(
+            ns,
+            &format!("{owner}-failed"),
+            "Failed",
+            now,
+            &[(WATCH_SCOPE, owner)],
+            &[],
+        )
+        .await;
+        k.terminated_pod(
+            ns,
+            &format!("{owner}-done"),
+            "Succeeded",
+            now,
+            &[(WATCH_SCOPE, owner)],
+            &[],
+        )
+        .await;
+    }
+    let l = leader(&members, Duration::from_secs(30))
+        .await
+        .expect("a leader");
+    let leading = eventually(Duration::from_secs(20), || {
+        let s = members[l].status();
+        n(&s, "tracked") == 4 && n(&s, "spared") == 4
+    })
+    .await;
+    let before = members[l].status();
+    assert!(leading, "the leader sees every pod: {before}");
+    // Cut off: another server leads.
+    proxies[l].blackhole(true);
+    let cut_at = Instant::now();
+    let mut successor = None;
+    while cut_at.elapsed() < Duration::from_secs(30) && successor.is_none() {
+        successor = (0..members.len()).find(|&i| i != l && members[i].leads());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = successor.expect("another server takes over");
+    let takeover_s = cut_at.elapsed().as_secs_f64();
+    proxies[l].blackhole(false);
+    assert!(
+        eventually(Duration::from_secs(30), || members[l].status()
+            ["leadership"]
+            == "FOLLOWING")
+        .await,
+        "the ex-leader follows again: {}",
+        members[l].status()
+    );
+    let after = members[l].status();
+    // The new leader deletes every finished pod at its deadline (the others' too, which the
+    // ex-leader's informer never sees go).
+    let done = eventually(Duration::from_secs(60), || {
+        k.deletes_in(ns).iter().filter(|d| d.code == 200).count() >= 4
+    })
+    .await;
+    // The ex-leader leads again (the others stop); it lists the scope and has nothing to do.
+    let ex = members.remove(l);
+    for other in members {
+        other.stop().await;
+    }
+    let again = eventually(Duration::from_secs(30), || {
+        let s = ex.status();
+        ex.leads() && s["watching"] == true && n(&s, "due") == 0 && n(&s, "inflight") == 0
+    })
+    .await;
+    let last = ex.status();
+    ex.stop().await;
+    let deletes = k.deletes_in(ns);
+    let per = |s: &Value| {
+        json!({"tracked": s["tracked"], "spared": s["spared"],
+        "running": s["running"], "watch_only": s["watch_only"]})
+    };
+    let figures = json!({"bench": "owner_scoped", "case": "ex_leader", "stamp": stamp(),
+        "servers": 3, "owners": 3, "shared": 1, "ex_leader": ids[l], "successor": ids[m],
+        "takeover_after_cut_s": (takeover_s * 1000.0).round() / 1000.0,
+        "ex_leader_leading": per(&before), "ex_leader_following": per(&after),
+        "ex_leader_leading_again": per(&last), "leads_again": again, "finished_pods_deleted": done,
+        "deletes": deletes.len(), "deletes_answered_200": deletes.iter().filter(|d| d.code == 200).count(),
+        "deletes_answered_404": deletes.iter().filter(|d| d.code == 404).count(),
+        "left": k.pods(ns).await.len()});
+    println!("{figures}");
+    // Its own pods and the shared ones stay (its informer sees them end); the others' go.
+    assert_eq!(
+        figures["ex_leader_following"],
+        json!({"tracked": 2, "spared": 2, "running": 2, "watch_only": 0}),
+        "{figures}"
+    );
+    assert_eq!(figures["deletes_answered_404"], 0, "{figures}");
+    assert_eq!(
+        figures["deletes"], 4,
+        "one DELETE per finished pod: {figures}"
+    );
+}
