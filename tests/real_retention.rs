@@ -116,6 +116,7 @@ async fn failed_and_finished_periods_annotations_and_events() {
     let c = conf(
         &[
             (keys::WATCH_ENABLED, "true"),
+            (keys::HA_SINGLE_SERVER, "true"),
             (keys::WATCH_KIND, "ALL"),
             (keys::KUBE_NAMESPACE, ns),
             (keys::RETAIN_PERIOD, "PT4S"),
@@ -269,6 +270,7 @@ async fn the_cap_drains_a_namespace_to_its_limit_oldest_first() {
     let c = conf(
         &[
             (keys::WATCH_ENABLED, "true"),
+            (keys::HA_SINGLE_SERVER, "true"),
             (keys::WATCH_KIND, "ALL"),
             (keys::KUBE_NAMESPACE, ns),
             (keys::RETAIN_PERIOD, "P1D"),
@@ -723,6 +725,7 @@ async fn podsweep_drain(
     let token = k.server_token(id).await;
     let mut pairs = vec![
         (keys::WATCH_ENABLED, "true"),
+        (keys::HA_SINGLE_SERVER, "true"),
         (keys::WATCH_KIND, "ALL"),
         (keys::KUBE_NAMESPACE, ns),
         (keys::RETAIN_PERIOD, "PT1S"),

@@ -23,10 +23,12 @@ mod time;
 mod tuning;
 mod watch;
 
-use self::ha::parse_ha;
+use self::ha::{parse_ha, parse_single_server};
 use self::tuning::parse_tuning;
 
-pub use self::ha::{EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings};
+pub use self::ha::{
+    require_backend, EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings,
+};
 pub use self::retention::{Retention, ScopeWatch};
 pub use self::time::{parse_time, MAX_TIME};
 pub use self::tuning::{Tuning, MAX_QPS, MIN_QPS};
@@ -184,6 +186,9 @@ pub struct Settings {
     pub context_allow: BTreeSet<String>,
     pub namespace_allow: BTreeSet<String>,
     pub ha: HaSettings,
+    /// `ha.singleServer`: this server is the only one cleaning its scopes, so without an HA
+    /// backend it may clean them on its own in self-watch mode too ([`require_backend`]).
+    pub single_server: bool,
     /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
     pub leaderless_alert: Duration,
     /// A leader that has not completed one DELETE for this long while DELETEs are due steps down
@@ -271,7 +276,8 @@ impl Settings {
                 })
                 .unwrap_or_default()
         };
-        let ha = parse_ha(&get)?;
+        let single_server = parse_single_server(&get)?;
+        let ha = parse_ha(&get, watch.is_none() || single_server)?;
         let leaderless_alert = match lookup(&get, keys::HEALTH_ALERT_AFTER) {
             None => Duration::from_secs(120),
             Some((key, v)) => positive_time(key, v)?,
@@ -302,6 +308,7 @@ impl Settings {
             context_allow: list(keys::CONTEXT_ALLOW_LIST),
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,
+            single_server,
             leaderless_alert,
             step_down_after,
             idle_release,

@@ -443,6 +443,24 @@ pub static KEYS: &[KeyDoc] = &[
         internal: false,
     },
     KeyDoc {
+        key: keys::HA_SINGLE_SERVER,
+        const_name: "HA_SINGLE_SERVER",
+        typ: KeyType::Boolean,
+        default: Some("false"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether this server is the only one cleaning its Kubernetes contexts and \
+              namespaces, so that without an HA backend it may clean them on its own. In \
+              self-watch mode (the drop-in, the daemon, watch.enabled) podsweep refuses to start \
+              without kyuubi.ha.addresses (or kyuubi.ha.zookeeper.quorum) unless this is true, \
+              since every server would lead every scope and delete every pod; a private embedded \
+              ZooKeeper counts as none. The daemon's --single-server sets it. A server fed by \
+              Kyuubi's informers cleans on its own without an HA backend, as Kyuubi does.",
+        since: "0.2.0",
+        routes: ALL,
+        internal: false,
+    },
+    KeyDoc {
         key: keys::HA_EMBEDDED,
         const_name: "HA_EMBEDDED",
         typ: KeyType::Boolean,
@@ -887,7 +905,8 @@ mod tests {
     /// What a key means to the engine, for comparing a default with the unset key.
     fn meaning(s: &Settings) -> String {
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            s.single_server,
             s.retention,
             s.events_qps,
             s.scope_watch,

@@ -40,6 +40,9 @@
 //!   the allow lists accept campaigns at once, its leader watches its pods
 //!   ([`crate::watch`]), scopes are never released when idle, and [`Engine::observe`] is refused
 //!   (`IllegalStateException`): the engine's own watch is the only source of its records.
+//!   Without an HA backend the servers share (none, or a private embedded ZooKeeper) an engine
+//!   built from Kyuubi's keys ([`Engine::new`], `PodSweeper.create`) is refused in this mode
+//!   (a [`ConfigError`] naming `ha.singleServer`) unless the server runs alone.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -206,6 +209,7 @@ impl Engine {
             }
             other => EngineError::Runtime(other.to_string()),
         })?;
+        crate::config::require_backend(&settings)?;
         let backend: Arc<dyn Backend> = match &settings.ha {
             HaSettings::Local => Arc::new(LocalBackend),
             HaSettings::ZooKeeper(zk) => Arc::new(ZooKeeperBackend::new(zk.clone())),
