@@ -320,6 +320,12 @@ impl Settings {
         })
     }
 
+    /// The scopes the configuration names (`kyuubi.kubernetes.client.initialize.list`, else the
+    /// configured context and namespace), as Kyuubi creates its clients at its start.
+    pub fn configured_scopes(&self) -> Vec<crate::scope::Scope> {
+        self::watch::named_scopes(&|k| self.get(k))
+    }
+
     /// The value of a key, trimmed, if set and not empty.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.raw

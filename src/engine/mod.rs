@@ -70,6 +70,7 @@ use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
 use crate::watch::{self, Watches};
 
+mod owned;
 mod status;
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
@@ -309,6 +310,9 @@ impl Engine {
         sweeper_cfg.retention = settings.retention.clone();
         sweeper_cfg.events_qps = settings.events_qps;
         let scope_watches = settings.scope_watch.then(|| {
+            // A server whose informer sees only its own pods would never bring an idle scope
+            // back for another server's pods (`owned`).
+            sweeper_cfg.idle_release = crate::config::MAX_TIME;
             info!(
                 "The informers see only part of each scope ({} = true, or {} = ON): the cleanup \
                  leader of each scope also watches all its driver pods",
@@ -370,6 +374,7 @@ impl Engine {
             scope_watches,
         };
         engine.start_watched_scopes();
+        engine.start_configured_scopes();
         Ok(engine)
     }
 
