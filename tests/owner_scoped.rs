@@ -318,3 +318,139 @@ async fn an_ex_leader_holds_nothing_of_other_owners_pods() {
         "one DELETE per finished pod: {figures}"
     );
 }
+
+/// Pod requests the API server received from `users` between `from` and `to` (the audit log's
+/// `requestReceivedTimestamp`, each request once).
+fn pod_requests(k: &RealKube, users: &BTreeSet<String>, from: SystemTime, to: SystemTime) -> usize {
+    let text = std::fs::read_to_string(&k.audit).unwrap_or_default();
+    let mut ids = BTreeSet::new();
+    for v in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        let user = v["user"]["username"].as_str().unwrap_or("");
+        let at = v["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| SystemTime::UNIX_EPOCH + Duration::from_micros(t.as_microsecond() as u64));
+        if users.contains(user) && at.is_some_and(|t| t >= from && t < to) {
+            ids.insert(v["auditID"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    ids.len()
+}
+
+/// This process's resident memory (VmRSS), in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// What the choice costs: with the scope watch on, every configured scope campaigns for the
+/// engine's life on every server, idle or not, and its leader keeps a watch open. Three servers
+/// with 20 configured namespaces and no pod at all, idle for a measured window: ZooKeeper packets,
+/// pod requests at the API server, and this process's memory per scope task held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real kube-apiserver: cargo test --test owner_scoped -- --ignored"]
+async fn idle_scopes_kept_campaigning_cost() {
+    const SCOPES: usize = 20;
+    const WINDOW: Duration = Duration::from_secs(120);
+    let k = RealKube::shared();
+    let zk = ZkServer::start();
+    let namespaces: Vec<String> = (0..SCOPES).map(|i| format!("idle-{i}")).collect();
+    for ns in &namespaces {
+        k.namespace(ns).await;
+    }
+    let list: String = namespaces.iter().map(|n| format!(":{n},")).collect();
+    let ids = ["idle-s0", "idle-s1", "idle-s2"];
+    let mut tokens = Vec::new();
+    for id in ids {
+        tokens.push(k.server_token(id).await);
+    }
+    let rss_before = rss_kib();
+    let mut engines = Vec::new();
+    for (id, token) in ids.iter().zip(&tokens) {
+        let mut conf: std::collections::HashMap<String, String> = [
+            (keys::CLEANUP_KIND, "ALL"),
+            (keys::OWNER_SCOPED_WATCH, "true"),
+            (keys::HA_ADDRESSES, zk.addr().as_str()),
+            (keys::HA_NAMESPACE, "owned-idle"),
+            (keys::INIT_LIST, list.as_str()),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        conf.extend(k.client_conf(token));
+        let settings = podsweep::config::Settings::from_map(conf).unwrap();
+        engines.push(
+            podsweep::engine::Engine::new(settings, id, tokio::runtime::Handle::current()).unwrap(),
+        );
+    }
+    let scope = |ns: &str| podsweep::scope::Scope::new(None, Some(ns));
+    let status = |e: &podsweep::engine::Engine, ns: &str| -> Value {
+        serde_json::from_str(&e.status_json(&scope(ns))).unwrap()
+    };
+    let all_led = eventually(Duration::from_secs(90), || {
+        namespaces.iter().all(|ns| {
+            engines
+                .iter()
+                .filter(|e| status(e, ns)["known"] == true)
+                .count()
+                == ids.len()
+                && engines
+                    .iter()
+                    .filter(|e| {
+                        let s = status(e, ns);
+                        s["leadership"] == "LEADING" && s["watching"] == true
+                    })
+                    .count()
+                    == 1
+        })
+    })
+    .await;
+    assert!(
+        all_led,
+        "every configured scope campaigns on every server, one leader watching"
+    );
+    let rss_held = rss_kib();
+    let users: BTreeSet<String> = ids.iter().map(|id| RealKube::user_of(id)).collect();
+    let (p0, t0) = (
+        common::bench::zk_packets_received(zk.port()).unwrap_or(0),
+        SystemTime::now(),
+    );
+    // The measured window: the fleet idles.
+    tokio::time::sleep(WINDOW).await;
+    let (p1, t1) = (
+        common::bench::zk_packets_received(zk.port()).unwrap_or(0),
+        SystemTime::now(),
+    );
+    let still = namespaces
+        .iter()
+        .all(|ns| engines.iter().all(|e| status(e, ns)["known"] == true));
+    for e in &engines {
+        e.close_async(Duration::from_secs(5)).await;
+    }
+    let minutes = WINDOW.as_secs_f64() / 60.0;
+    let tasks = (SCOPES * ids.len()) as f64;
+    let round = |x: f64| (x * 100.0).round() / 100.0;
+    let zk_per_min = (p1 - p0) as f64 / minutes;
+    let api = pod_requests(k, &users, t0, t1) as f64;
+    let figures = json!({"bench": "owner_scoped", "case": "idle_scopes_cost", "stamp": stamp(),
+        "servers": ids.len(), "scopes": SCOPES, "window_s": WINDOW.as_secs(),
+        "zk_session_timeout_ms_granted_max": 4000,
+        "zk_packets_per_min": round(zk_per_min),
+        "zk_packets_per_scope_per_min": round(zk_per_min / SCOPES as f64),
+        "pod_requests_per_min": round(api / minutes),
+        "pod_requests_per_scope_per_min": round(api / minutes / SCOPES as f64),
+        "rss_kib_before": rss_before, "rss_kib_held": rss_held,
+        "rss_kib_per_scope_task": round((rss_held.saturating_sub(rss_before)) as f64 / tasks),
+        "all_still_campaigning": still});
+    println!("{figures}");
+    assert!(still, "{figures}");
+}

@@ -322,7 +322,8 @@ pub static KEYS: &[KeyDoc] = &[
         fallback: None,
         check: Check::PositiveDuration,
         doc: "A Kubernetes context and namespace with nothing to clean for this long releases \
-              its election and Kubernetes client until its next pod event.",
+              its election and Kubernetes client until its next pod event; never while scopeWatch \
+              is on.",
         since: "0.1.0",
         routes: &[Route::Patch],
         internal: false,
@@ -437,7 +438,9 @@ pub static KEYS: &[KeyDoc] = &[
         doc: "Whether the cleanup leader of each Kubernetes context and namespace also watches \
               all its driver pods beside the informers, which must when an informer sees only \
               the pods its server submitted. AUTO: when \
-              kyuubi.kubernetes.application.ownerScopedWatch.enabled is true.",
+              kyuubi.kubernetes.application.ownerScopedWatch.enabled is true. While it is on, \
+              every configured context and namespace campaigns from the start and is never \
+              released when idle, so a leader that goes always has a successor.",
         since: "0.2.0",
         routes: &[Route::Patch],
         internal: false,

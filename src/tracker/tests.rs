@@ -530,7 +530,7 @@ fn only_what_the_scope_watch_alone_told_is_dropped() {
     let mut t = Tracker::new(Duration::from_secs(600));
     let at = SystemTime::UNIX_EPOCH;
     let kind = CleanupKind::Completed;
-    let mut see = |t: &mut Tracker, uid: &str, state: AppState, from_watch: bool| {
+    let see = |t: &mut Tracker, uid: &str, state: AppState, from_watch: bool| {
         let o = obs(EventKind::Update, uid, state);
         t.observe_from(&u(uid), &o, kind, at, now, from_watch)
     };
