@@ -57,41 +57,63 @@ fn quiet(v: &Value) -> bool {
         .all(|k| n(v, k) == 0)
 }
 
+/// How the leader goes.
+#[derive(Clone, Copy, Debug)]
+enum Going {
+    /// A graceful stop (a rolling restart, a scale-down): it hands its leadership over.
+    Stop,
+    /// A crash, as the others see it: its ZooKeeper connection goes silent (its engine pauses at
+    /// once and never acts again) and its informer stops; its session expires after 4 s.
+    Crash,
+}
+
 /// The followers restart (a rolling restart: their informers list none of their pods, all gone),
-/// new jobs land on the leader only, and the leader stops while its pods wait for their retain
+/// new jobs land on the leader only, and the leader goes while its pods wait for their retain
 /// period. Every follower's informer sees none of the pods left: before issue 32 none of them
 /// campaigned (a server campaigned for a scope only on its informer's events, and released it
 /// when idle), so the pods stayed until a job landed on another server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "real kube-apiserver: cargo test --test owner_scoped -- --ignored"]
-async fn the_leader_stops_and_its_pods_still_go_each_once() {
+async fn leader_goes(ns: &str, going: Going) -> Value {
     let k = RealKube::shared();
     let zk = ZkServer::start();
-    let ns = "owned-gap";
     k.namespace(ns).await;
-    let addr = zk.addr();
-    let extra = [
-        (keys::HA_ADDRESSES, addr.as_str()),
-        (keys::HA_NAMESPACE, "owned-gap"),
-        (keys::RETAIN_PERIOD, "PT5S"),
-    ];
-    let ids = ["gap-0", "gap-1", "gap-2"];
+    let ids: Vec<String> = (0..3).map(|i| format!("{ns}-{i}")).collect();
+    let mut proxies = std::collections::HashMap::new();
+    for id in &ids {
+        proxies.insert(id.clone(), Proxy::start(&zk.addr()).await);
+    }
+    let extra = |id: &str| -> Vec<(&'static str, String)> {
+        vec![
+            (keys::HA_ADDRESSES, proxies[id].addr.clone()),
+            (keys::HA_NAMESPACE, ns.to_owned()),
+            (keys::ZK_SESSION_TIMEOUT, "4000".to_owned()),
+            (keys::RETAIN_PERIOD, "PT5S".to_owned()),
+        ]
+    };
+    let start = |id: String| {
+        let conf = extra(&id);
+        async move {
+            let pairs: Vec<(&str, &str)> = conf.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            Member::start(k, ns, &id, &pairs).await
+        }
+    };
     let mut members = Vec::new();
-    for id in ids {
-        members.push(Member::start(k, ns, id, &extra).await);
+    for id in &ids {
+        members.push(start(id.clone()).await);
     }
     // Each server's own jobs, and a shared one; they finish and go.
     let mut pods = Vec::new();
-    for id in ids {
+    for id in &ids {
         for j in 0..2 {
             let name = format!("{id}-first-{j}");
-            k.running_pod(ns, &name, &[(WATCH_SCOPE, id)], &[]).await;
+            k.running_pod(ns, &name, &[(WATCH_SCOPE, id.as_str())], &[])
+                .await;
             pods.push(name);
         }
     }
-    k.running_pod(ns, "shared", &[(WATCH_SCOPE, "global")], &[])
+    let shared = format!("{ns}-shared");
+    k.running_pod(ns, &shared, &[(WATCH_SCOPE, "global")], &[])
         .await;
-    pods.push("shared".to_owned());
+    pods.push(shared);
     let first = leader(&members, Duration::from_secs(30))
         .await
         .expect("a leader");
@@ -115,12 +137,12 @@ async fn the_leader_stops_and_its_pods_still_go_each_once() {
         } else {
             let id = m.id.clone();
             m.stop().await;
-            kept.push(Member::start(k, ns, &id, &extra).await);
+            kept.push(start(id).await);
         }
     }
     let mut members = kept;
     let restarted: Vec<Value> = members[1..].iter().map(Member::status).collect();
-    // New jobs, on the leader only; they finish, and it stops while they wait for their period.
+    // New jobs, on the leader only; they finish, and it goes while they wait for their period.
     let mut last = Vec::new();
     for j in 0..3 {
         let name = format!("{leader_id}-last-{j}");
@@ -140,17 +162,27 @@ async fn the_leader_stops_and_its_pods_still_go_each_once() {
         "the leader tracks its last pods: {}",
         members[0].status()
     );
-    let stopped = members.remove(0);
-    let stopped_at = Instant::now();
-    stopped.stop().await;
+    let gone = members.remove(0);
+    let gone_at = Instant::now();
+    let crashed = match going {
+        Going::Stop => {
+            gone.stop().await;
+            None
+        }
+        Going::Crash => {
+            proxies[&leader_id].blackhole(true);
+            gone.stop_informer();
+            Some(gone)
+        }
+    };
     // A follower leads and watches the scope.
     let mut failover_s = None;
-    while stopped_at.elapsed() < Duration::from_secs(60) {
+    while gone_at.elapsed() < Duration::from_secs(60) {
         if members
             .iter()
             .any(|m| m.leads() && m.status()["watching"] == true)
         {
-            failover_s = Some(stopped_at.elapsed().as_secs_f64());
+            failover_s = Some(gone_at.elapsed().as_secs_f64());
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -165,27 +197,43 @@ async fn the_leader_stops_and_its_pods_still_go_each_once() {
     .await;
     let deletes = k.deletes_in(ns);
     let left = k.pods(ns).await;
-    let statuses: Vec<Value> = members.iter().map(Member::status).collect();
-    for m in members {
+    for m in members.into_iter().chain(crashed) {
         m.stop().await;
     }
     let per_pod: BTreeSet<usize> = pods
         .iter()
         .map(|p| deletes.iter().filter(|d| &d.name == p).count())
         .collect();
-    let figures = json!({"bench": "owner_scoped", "case": "leader_stops", "stamp": stamp(),
-        "servers": 3, "leader": leader_id, "pods": all, "pods_left_by_the_leader": last.len(),
+    json!({"bench": "owner_scoped", "case": "leader_goes", "going": format!("{going:?}"),
+        "stamp": stamp(), "servers": 3, "leader": leader_id, "pods": all,
+        "pods_left_by_the_leader": last.len(),
         "restarted_followers_known_before": restarted.iter().map(|s| s["known"].clone()).collect::<Vec<_>>(),
         "failover_to_a_watching_leader_s": failover_s.map(|s| (s * 1000.0).round() / 1000.0),
         "deletes": deletes.len(), "deletes_answered_200": deletes.iter().filter(|d| d.code == 200).count(),
         "deletes_per_pod": per_pod.iter().collect::<Vec<_>>(), "left": left,
         "settled": settled, "cleaned_in_time": cleaned,
-        "senders": deletes.iter().map(|d| d.user.clone()).collect::<BTreeSet<_>>()});
-    println!("{figures}");
-    assert!(failover_s.is_some(), "no follower took over: {statuses:?}");
-    assert_eq!(figures["left"], json!([]), "{figures}");
-    assert_eq!(figures["deletes_per_pod"], json!([1]), "{figures}");
-    assert_eq!(figures["deletes_answered_200"], all, "{figures}");
+        "senders": deletes.iter().map(|d| d.user.clone()).collect::<BTreeSet<_>>()})
+}
+
+/// The leader goes, gracefully and by a crash: its pods still go, each once, and a follower leads
+/// and watches within the failover time (at once; the 4 s session after a crash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "real kube-apiserver: cargo test --test owner_scoped -- --ignored"]
+async fn the_leader_goes_and_its_pods_still_go_each_once() {
+    for (ns, going) in [("gone-stop", Going::Stop), ("gone-crash", Going::Crash)] {
+        let figures = leader_goes(ns, going).await;
+        println!("{figures}");
+        assert!(
+            figures["failover_to_a_watching_leader_s"].is_number(),
+            "no follower took over: {figures}"
+        );
+        assert_eq!(figures["left"], json!([]), "{figures}");
+        assert_eq!(figures["deletes_per_pod"], json!([1]), "{figures}");
+        assert_eq!(
+            figures["deletes_answered_200"], figures["pods"],
+            "{figures}"
+        );
+    }
 }
 
 /// The leader is cut off from ZooKeeper: another server takes over, and once it is a follower

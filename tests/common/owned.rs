@@ -92,6 +92,11 @@ impl Member {
         serde_json::from_str(&self.engine.status_json(&self.scope())).expect("status JSON")
     }
 
+    /// Its informer stops (the engine stays, e.g. cut off from its HA backend).
+    pub fn stop_informer(&self) {
+        self.informer.abort();
+    }
+
     /// The server stops: its informer first, then its engine (which deletes nothing and hands
     /// its leadership over).
     pub async fn stop(self) {
