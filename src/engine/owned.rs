@@ -21,7 +21,9 @@
 //!   for several servers anyway).
 //! * Each scope costs every server one election (a latch node or election key on the server's
 //!   one session) and a task for good; the leader's scope watch holds one watch request per
-//!   scope, renewed every 290 s ([`crate::watch`]).
+//!   scope, renewed every 290 s ([`crate::watch`]). Measured on the real API server (2026-12-06,
+//!   `docs/performance.md`): per idle scope added, 0.21 pod requests a minute, no ZooKeeper
+//!   packet, at most 86 KiB per scope task.
 
 use std::sync::PoisonError;
 
