@@ -30,6 +30,10 @@ pub struct ScopeMetrics {
     pub pauses: Pauses,
     pub disarmed: AtomicU64,
     pub spared: AtomicU64,
+    /// Driver pods remembered as running (not yet terminated).
+    pub running: AtomicU64,
+    /// Pods of which the scope holds something that only the scope-wide watch told.
+    pub watch_only: AtomicU64,
     /// Restarts after a failure of the scope's tasks (cleanup, election, pod watch).
     pub restarts: AtomicU64,
     /// Commands in the scope task's queue now, and the most it ever held.
@@ -270,6 +274,8 @@ impl ScopeMetrics {
             "health_reasons": reasons,
             "disarmed": self.disarmed.load(Relaxed),
             "spared": self.spared.load(Relaxed),
+            "running": self.running.load(Relaxed),
+            "watch_only": self.watch_only.load(Relaxed),
             "restarts": self.restarts.load(Relaxed),
             "queued": self.queued.load(Relaxed),
             "queued_max": self.queued_max.load(Relaxed),

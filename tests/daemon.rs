@@ -98,7 +98,8 @@ async fn signal(d: &mut Daemon, sig: &str) -> i32 {
     status.code().unwrap_or(-1)
 }
 
-fn conf_file(api: &PodsApi) -> String {
+/// Kyuubi's file, as an operator of stock Kyuubi writes it, without an HA backend.
+fn fleet_conf_file(api: &PodsApi) -> String {
     format!(
         "# Kyuubi's file, as an operator of stock Kyuubi writes it\n\
          kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind NONE\n\
@@ -107,6 +108,15 @@ fn conf_file(api: &PodsApi) -> String {
          kyuubi.kubernetes.master.address={}\n\
          kyuubi.kubernetes.namespace  {NS}\n",
         api.url
+    )
+}
+
+/// [`fleet_conf_file`] for the one daemon of these tests: no HA backend, so it says it runs alone.
+fn conf_file(api: &PodsApi) -> String {
+    format!(
+        "{}{}=true\n",
+        fleet_conf_file(api),
+        podsweep::config::keys::HA_SINGLE_SERVER
     )
 }
 
@@ -404,7 +414,8 @@ async fn a_daemon_whose_api_server_is_unreachable_is_unhealthy_with_the_reason()
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.kind NONE\n\
          kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind=ALL\n\
          kyuubi.kubernetes.master.address=http://127.0.0.1:{port}\n\
-         kyuubi.kubernetes.namespace  {NS}\n"
+         kyuubi.kubernetes.namespace  {NS}\n\
+         kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.singleServer=true\n"
     );
     let mut d = start(&file, &[]).await;
     let t0 = std::time::Instant::now();

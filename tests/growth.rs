@@ -149,3 +149,43 @@ async fn allow_lists_follow_kyuubi_and_a_refusal_is_given_once() {
     assert_eq!(st["known"], false, "never tracked");
     engine.close_async(Duration::from_secs(1)).await;
 }
+
+/// Issue 32 §5: with the scope watch on (Kyuubi's owner-scoped informers), a server never
+/// releases a scope when it is idle. Its informer sees only its own pods, so it would never
+/// bring the scope back for the pods of a leader that goes: nobody would campaign or watch, and
+/// those pods would stay until a job landed on another server. Before: released after the
+/// tombstones' 20 min and the 30 min idle time, its campaign ended.
+#[tokio::test(start_paused = true)]
+async fn with_the_scope_watch_an_idle_scope_keeps_campaigning() {
+    start();
+    let f = Fixture::with_conf(
+        "ALL",
+        &[
+            (IDLE_RELEASE, "PT30M"),
+            (keys::SCOPE_WATCH, "ON"),
+            (keys::KUBE_NAMESPACE, "spark"),
+        ],
+    )
+    .await;
+    // Another server leads (its scope watch is the one that watches the pods).
+    f.signal().await.follow("another server leads");
+    f.observe(f.pod("own", EventKind::Update, AppState::Finished, Some(600)));
+    f.settle().await;
+    // That leader deletes this server's pod; the informer sees it go, and the warm-up pod too.
+    f.observe(f.pod("own", EventKind::Delete, AppState::Finished, Some(600)));
+    f.observe(f.pod("warm-up", EventKind::Delete, AppState::Running, None));
+    f.settle().await;
+    assert_eq!(f.status()["tracked"], 0, "{}", f.status());
+    for _ in 0..6 {
+        advance(Duration::from_secs(3600)).await;
+        f.settle().await;
+    }
+    println!(
+        "figure: after 6 h idle, known {} and campaigns ended {}",
+        f.status()["known"],
+        f.ended.load(Ordering::SeqCst)
+    );
+    assert_eq!(f.status()["known"], true, "{}", f.status());
+    assert_eq!(f.ended.load(Ordering::SeqCst), 0, "its campaign goes on");
+    assert_eq!(f.signals.lock().unwrap().len(), 1, "one campaign");
+}

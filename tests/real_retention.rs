@@ -1,7 +1,7 @@
 //! Retention on a real kube-apiserver (`scripts/kube`), every DELETE counted from its audit log:
 //! failed vs finished retain periods, an annotation override and an opt-out, the Events read
-//! back, the cap draining a namespace oldest first, dry run across every path, and a fleet whose
-//! informers see only their own pods.
+//! back, the cap draining a namespace oldest first, dry run across every path (a fleet whose
+//! informers see only their own pods: `tests/owner_scoped.rs`).
 //!
 //! Heavy (a kube-apiserver, thousands of pods): `cargo test --test real_retention -- --ignored
 //! --test-threads 1`. Each test prints one JSON line (`{"bench": "real_retention", ...}`) with its
@@ -116,6 +116,7 @@ async fn failed_and_finished_periods_annotations_and_events() {
     let c = conf(
         &[
             (keys::WATCH_ENABLED, "true"),
+            (keys::HA_SINGLE_SERVER, "true"),
             (keys::WATCH_KIND, "ALL"),
             (keys::KUBE_NAMESPACE, ns),
             (keys::RETAIN_PERIOD, "PT4S"),
@@ -269,6 +270,7 @@ async fn the_cap_drains_a_namespace_to_its_limit_oldest_first() {
     let c = conf(
         &[
             (keys::WATCH_ENABLED, "true"),
+            (keys::HA_SINGLE_SERVER, "true"),
             (keys::WATCH_KIND, "ALL"),
             (keys::KUBE_NAMESPACE, ns),
             (keys::RETAIN_PERIOD, "P1D"),
@@ -342,7 +344,6 @@ async fn the_cap_drains_a_namespace_to_its_limit_oldest_first() {
 /// A server of a fleet fed by its own informer: a kube-rs watch of `ns` whose selector may be
 /// narrowed (Kyuubi's owner-scoped watch: `kyuubi.apache.org/watch-scope in (<id>,global)`).
 struct Member {
-    id: String,
     engine: Arc<Engine>,
     informer: tokio::task::JoinHandle<()>,
 }
@@ -385,11 +386,7 @@ impl Member {
                 }
             }
         });
-        Member {
-            id: id.to_owned(),
-            engine,
-            informer,
-        }
+        Member { engine, informer }
     }
 
     fn leads(&self, ns: &str) -> bool {
@@ -412,130 +409,6 @@ async fn leader_of(members: &[Member], ns: &str) -> usize {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("no leader of {ns}");
-}
-
-/// Terminates a running pod as a kubelet would (Succeeded, finished now).
-async fn finish(k: &RealKube, ns: &str, name: &str) {
-    let api: Api<Pod> = Api::namespaced(k.admin().await, ns);
-    let at = jiff::Timestamp::from_second(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64,
-    )
-    .unwrap()
-    .to_string();
-    let status = json!({"status": {"phase": "Succeeded", "containerStatuses": [{
-        "name": "spark-kubernetes-driver", "image": "spark", "imageID": "", "ready": false, "restartCount": 0,
-        "state": {"terminated": {"exitCode": 0, "startedAt": at, "finishedAt": at, "reason": "Completed"}}}]}});
-    api.patch_status(name, &Default::default(), &kube::api::Patch::Merge(&status))
-        .await
-        .expect("status");
-}
-
-async fn owner_scoped_run(scope_watch: &str, ns: &str, zk: &str) -> serde_json::Value {
-    let k = RealKube::shared();
-    k.namespace(ns).await;
-    let extra = [
-        (keys::HA_ADDRESSES, zk),
-        (keys::RETAIN_PERIOD, "PT2S"),
-        (keys::OWNER_SCOPED_WATCH, "true"),
-        (keys::SCOPE_WATCH, scope_watch),
-    ];
-    let mut members = Vec::new();
-    for i in 0..3 {
-        members.push(Member::start(k, ns, &format!("{ns}-s{i}"), &extra, true).await);
-    }
-    // Each server's own pods, and shared (global) ones.
-    let mut names = Vec::new();
-    for m in &members {
-        for j in 0..4 {
-            let name = format!("{}-p{j}", m.id);
-            k.running_pod(ns, &name, &[("kyuubi.apache.org/watch-scope", &m.id)], &[])
-                .await;
-            names.push((name, m.id.clone()));
-        }
-    }
-    for j in 0..2 {
-        let name = format!("{ns}-global-{j}");
-        k.running_pod(
-            ns,
-            &name,
-            &[("kyuubi.apache.org/watch-scope", "global")],
-            &[],
-        )
-        .await;
-        names.push((name, "global".to_owned()));
-    }
-    let leader = leader_of(&members, ns).await;
-    // A server that does not lead stops (its informer with it).
-    let gone = (leader + 1) % members.len();
-    let stopped = members.remove(gone);
-    let gone_id = stopped.id.clone();
-    stopped.stop().await;
-    for (name, _) in &names {
-        finish(k, ns, name).await;
-    }
-    let leader_id = members
-        .iter()
-        .find(|m| m.leads(ns))
-        .map(|m| m.id.clone())
-        .unwrap_or_default();
-    let theirs = names.iter().filter(|(_, o)| *o != gone_id).count();
-    let all = names.len();
-    eventually(Duration::from_secs(30), || k.deletes_in(ns).len() >= all).await;
-    // Whatever else is coming has come: retain + a margin.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    let deletes = k.deletes_in(ns);
-    let left = k.pods(ns).await;
-    for m in members {
-        m.stop().await;
-    }
-    let per_pod: BTreeSet<usize> = names
-        .iter()
-        .map(|(n, _)| deletes.iter().filter(|d| &d.name == n).count())
-        .collect();
-    let unseen = names
-        .iter()
-        .filter(|(_, o)| *o != leader_id && o != "global")
-        .count();
-    json!({"scope_watch": scope_watch, "servers": 3, "stopped": gone_id, "leader": leader_id,
-        "pods": all, "pods_of_the_stopped_server": all - theirs,
-        "pods_the_leaders_informer_does_not_see": unseen,
-        "deletes": deletes.len(), "deletes_answered_200": deletes.iter().filter(|d| d.code == 200).count(),
-        "deletes_per_pod": per_pod.into_iter().collect::<Vec<_>>(),
-        "senders": deletes.iter().map(|d| d.user.clone()).collect::<BTreeSet<_>>(),
-        "left": left})
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "real kube-apiserver: cargo test --test real_retention -- --ignored"]
-async fn owner_scoped_informers_the_leader_cleans_the_whole_scope() {
-    let zk = common::zk::ZkServer::start();
-    let with = owner_scoped_run("AUTO", "owned", &zk.addr()).await;
-    let without = owner_scoped_run("OFF", "owned-off", &zk.addr()).await;
-    println!(
-        "{}",
-        json!({"bench": "real_retention", "case": "owner_scoped_fleet", "stamp": stamp(),
-            "with_scope_watch": with, "control_without": without})
-    );
-    assert_eq!(with["left"], json!([]), "{with}");
-    assert_eq!(
-        with["deletes_per_pod"],
-        json!([1]),
-        "every pod once: {with}"
-    );
-    assert_eq!(with["deletes_answered_200"], with["pods"]);
-    assert_eq!(with["senders"].as_array().unwrap().len(), 1, "{with}");
-    // The control: without the leader's watch, every pod its informer does not see stays (the
-    // stopped server's, and those of the server that is still up but does not lead).
-    assert_eq!(
-        without["left"].as_array().unwrap().len() as u64,
-        without["pods_the_leaders_informer_does_not_see"]
-            .as_u64()
-            .unwrap(),
-        "{without}"
-    );
 }
 
 /// One run of the dry-run scenario; returns (pods deleted or would-be deleted, audit DELETEs).
@@ -740,6 +613,7 @@ async fn podsweep_drain(
     let token = k.server_token(id).await;
     let mut pairs = vec![
         (keys::WATCH_ENABLED, "true"),
+        (keys::HA_SINGLE_SERVER, "true"),
         (keys::WATCH_KIND, "ALL"),
         (keys::KUBE_NAMESPACE, ns),
         (keys::RETAIN_PERIOD, "PT1S"),

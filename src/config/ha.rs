@@ -180,8 +180,62 @@ pub(super) fn parse_election_layout<'a>(
     })
 }
 
+/// `ha.singleServer`: the operator says this server is the only one cleaning its scopes.
+pub(super) fn parse_single_server<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<bool, ConfigError> {
+    parse_bool(keys::HA_SINGLE_SERVER, get(keys::HA_SINGLE_SERVER), false)
+}
+
+/// Whether `kyuubi.ha.addresses` is the server's private embedded ZooKeeper (`ha.embedded`).
+fn embedded<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<bool, ConfigError> {
+    parse_bool(keys::HA_EMBEDDED, get(keys::HA_EMBEDDED), false)
+}
+
+/// Self-watch mode with no HA backend shared by the servers (none configured, or the server's
+/// private embedded ZooKeeper) is refused unless the operator says this server runs alone
+/// (`ha.singleServer`): every server would lead every scope on its own and delete each pod once
+/// per server. The error names the key and both ways out. Servers fed by Kyuubi's informers keep
+/// the local fallback (each cleans on its own, as Kyuubi does without podsweep).
+pub fn require_backend(settings: &super::Settings) -> Result<(), ConfigError> {
+    if settings.watch.is_none() || settings.ha != HaSettings::Local || settings.single_server {
+        return Ok(());
+    }
+    let get = |k: &str| settings.get(k);
+    let why = match get(keys::HA_ADDRESSES).or_else(|| get(keys::HA_ZK_QUORUM)) {
+        Some(a) => format!(
+            "{} ({a}) is this server's private embedded ZooKeeper ({} is true)",
+            keys::HA_ADDRESSES,
+            keys::HA_EMBEDDED
+        ),
+        None => format!(
+            "neither {} nor {} is set",
+            keys::HA_ADDRESSES,
+            keys::HA_ZK_QUORUM
+        ),
+    };
+    Err(ConfigError::invalid(
+        keys::HA_SINGLE_SERVER,
+        get(keys::HA_SINGLE_SERVER).unwrap_or("false"),
+        format!(
+            "self-watch mode ({} = true, as the drop-in and the daemon run) has no HA backend: \
+             {why}, so every server running it would lead every Kubernetes context and \
+             namespace on its own and delete each pod once per server. Set {} (or {}) to the \
+             ZooKeeper or etcd the servers share, or, if this server is the only one cleaning \
+             its contexts and namespaces, set {} = true (the daemon: --single-server)",
+            keys::WATCH_ENABLED,
+            keys::HA_ADDRESSES,
+            keys::HA_ZK_QUORUM,
+            keys::HA_SINGLE_SERVER
+        ),
+    ))
+}
+
+/// The HA backend. `warn_embedded`: log the embedded ZooKeeper's WARN (not when the server is
+/// to be refused for it, [`require_backend`], whose error says it).
 pub(super) fn parse_ha<'a>(
     get: &impl Fn(&str) -> Option<&'a str>,
+    warn_embedded: bool,
 ) -> Result<HaSettings, ConfigError> {
     // Checked whatever the backend (used only on etcd), so a bad value is refused at once.
     let lease_ttl = election_lease_ttl(get)?;
@@ -189,7 +243,10 @@ pub(super) fn parse_ha<'a>(
     let Some(addresses) = addresses else {
         return Ok(HaSettings::Local);
     };
-    if parse_bool(keys::HA_EMBEDDED, get(keys::HA_EMBEDDED), false)? {
+    if embedded(get)? {
+        if !warn_embedded {
+            return Ok(HaSettings::Local);
+        }
         tracing::warn!(
             "{} is true: {addresses} is this server's private embedded ZooKeeper, which no other \
              server shares, so electing through it would make every server a leader. podsweep \

@@ -23,11 +23,12 @@ mod time;
 mod tuning;
 mod watch;
 
-use self::ha::parse_ha;
+use self::ha::{parse_ha, parse_single_server};
 use self::tuning::parse_tuning;
 
 pub use self::ha::{
-    ElectionKeyKind, ElectionLayout, EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings,
+    require_backend, ElectionKeyKind, ElectionLayout, EtcdSettings, EtcdTls, HaSettings, ZkAuth,
+    ZkRetry, ZkSettings,
 };
 pub use self::retention::{Retention, ScopeWatch};
 pub use self::time::{parse_time, MAX_TIME};
@@ -93,6 +94,10 @@ pub mod keys {
     /// podsweep's own: the caller says `kyuubi.ha.addresses` points at a private embedded
     /// ZooKeeper that Kyuubi started for this server alone.
     pub const HA_EMBEDDED: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.embedded";
+    /// The operator says this server is the only one cleaning its scopes: without an HA backend
+    /// it may clean them on its own (self-watch mode refuses to start otherwise).
+    pub const HA_SINGLE_SERVER: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.ha.singleServer";
     /// Read by the patched Kyuubi, not by the engine: `false` restores Kyuubi's own cleanup.
     pub const PODSWEEP_ENABLED: &str =
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.podsweep.enabled";
@@ -191,6 +196,9 @@ pub struct Settings {
     pub ha: HaSettings,
     /// How each scope's election is keyed (`ha.electionKey`, `ha.legacyElection`).
     pub election: ElectionLayout,
+    /// `ha.singleServer`: this server is the only one cleaning its scopes, so without an HA
+    /// backend it may clean them on its own in self-watch mode too ([`require_backend`]).
+    pub single_server: bool,
     /// A scope with no reachable leader for this long is reported unhealthy (ERROR log, status).
     pub leaderless_alert: Duration,
     /// A leader that has not completed one DELETE for this long while DELETEs are due steps down
@@ -278,8 +286,9 @@ impl Settings {
                 })
                 .unwrap_or_default()
         };
-        let ha = parse_ha(&get)?;
         let election = self::ha::parse_election_layout(&get)?;
+        let single_server = parse_single_server(&get)?;
+        let ha = parse_ha(&get, watch.is_none() || single_server)?;
         let leaderless_alert = match lookup(&get, keys::HEALTH_ALERT_AFTER) {
             None => Duration::from_secs(120),
             Some((key, v)) => positive_time(key, v)?,
@@ -311,6 +320,7 @@ impl Settings {
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,
             election,
+            single_server,
             leaderless_alert,
             step_down_after,
             idle_release,
@@ -320,6 +330,12 @@ impl Settings {
             raw: raw.clone(),
             redactor,
         })
+    }
+
+    /// The scopes the configuration names (`kyuubi.kubernetes.client.initialize.list`, else the
+    /// configured context and namespace), as Kyuubi creates its clients at its start.
+    pub fn configured_scopes(&self) -> Vec<crate::scope::Scope> {
+        self::watch::named_scopes(&|k| self.get(k))
     }
 
     /// The value of a key, trimmed, if set and not empty.

@@ -356,7 +356,8 @@ pub static KEYS: &[KeyDoc] = &[
         fallback: None,
         check: Check::PositiveDuration,
         doc: "A Kubernetes context and namespace with nothing to clean for this long releases \
-              its election and Kubernetes client until its next pod event.",
+              its election and Kubernetes client until its next pod event; never while scopeWatch \
+              is on.",
         since: "0.1.0",
         routes: &[Route::Patch],
         internal: false,
@@ -471,9 +472,29 @@ pub static KEYS: &[KeyDoc] = &[
         doc: "Whether the cleanup leader of each Kubernetes context and namespace also watches \
               all its driver pods beside the informers, which must when an informer sees only \
               the pods its server submitted. AUTO: when \
-              kyuubi.kubernetes.application.ownerScopedWatch.enabled is true.",
+              kyuubi.kubernetes.application.ownerScopedWatch.enabled is true. While it is on, \
+              every configured context and namespace campaigns from the start and is never \
+              released when idle, so a leader that goes always has a successor.",
         since: "0.2.0",
         routes: &[Route::Patch],
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::HA_SINGLE_SERVER,
+        const_name: "HA_SINGLE_SERVER",
+        typ: KeyType::Boolean,
+        default: Some("false"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether this server is the only one cleaning its Kubernetes contexts and \
+              namespaces, so that without an HA backend it may clean them on its own. In \
+              self-watch mode (the drop-in, the daemon, watch.enabled) podsweep refuses to start \
+              without kyuubi.ha.addresses (or kyuubi.ha.zookeeper.quorum) unless this is true, \
+              since every server would lead every scope and delete every pod; a private embedded \
+              ZooKeeper counts as none. The daemon's --single-server sets it. A server fed by \
+              Kyuubi's informers cleans on its own without an HA backend, as Kyuubi does.",
+        since: "0.2.0",
+        routes: ALL,
         internal: false,
     },
     KeyDoc {
@@ -921,7 +942,8 @@ mod tests {
     /// What a key means to the engine, for comparing a default with the unset key.
     fn meaning(s: &Settings) -> String {
         format!(
-            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+            s.single_server,
             s.retention,
             s.events_qps,
             s.scope_watch,

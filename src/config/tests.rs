@@ -155,6 +155,47 @@ fn an_embedded_zookeeper_falls_back_to_local() {
 }
 
 #[test]
+fn self_watch_needs_an_ha_backend_unless_the_server_runs_alone() {
+    let check = |pairs: &[(&str, &str)]| {
+        let s = Settings::from_map(conf(pairs)).unwrap();
+        (require_backend(&s), s.single_server)
+    };
+    let watch = (keys::WATCH_ENABLED, "true");
+    let zk = (keys::HA_ADDRESSES, "zk-1:2181");
+    let embedded = (keys::HA_EMBEDDED, "true");
+    for refused in [
+        vec![watch],
+        vec![watch, (keys::HA_SINGLE_SERVER, "false")],
+        vec![watch, zk, embedded],
+        vec![watch, (keys::HA_ZK_QUORUM, "zk-1:2181"), embedded],
+    ] {
+        let (r, _) = check(&refused);
+        let e = r.expect_err("refused");
+        assert_eq!(e.key(), keys::HA_SINGLE_SERVER, "{refused:?}");
+        let text = e.to_string();
+        for named in [keys::HA_ADDRESSES, keys::HA_ZK_QUORUM, "--single-server"] {
+            assert!(text.contains(named), "{named}: {text}");
+        }
+        let embedded_named = text.contains("embedded ZooKeeper");
+        assert_eq!(embedded_named, refused.contains(&embedded), "{text}");
+    }
+    for fine in [
+        vec![watch, (keys::HA_SINGLE_SERVER, "TRUE")],
+        vec![watch, zk],
+        vec![watch, (keys::HA_ZK_QUORUM, "zk-1:2181")],
+        vec![watch, zk, embedded, (keys::HA_SINGLE_SERVER, "true")],
+        // Fed by Kyuubi's informers: the local fallback, as Kyuubi does.
+        vec![],
+        vec![zk, embedded],
+    ] {
+        assert!(check(&fine).0.is_ok(), "{fine:?}");
+    }
+    assert!(check(&[(keys::HA_SINGLE_SERVER, "true")]).1);
+    let e = Settings::from_map(conf(&[(keys::HA_SINGLE_SERVER, "alone")])).unwrap_err();
+    assert_eq!(e.key(), keys::HA_SINGLE_SERVER);
+}
+
+#[test]
 fn zookeeper_auth_and_retry_keys() {
     let zk = |pairs: &[(&str, &str)]| {
         let mut all = vec![(keys::HA_ADDRESSES, "127.0.0.1:2181")];

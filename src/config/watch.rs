@@ -32,13 +32,7 @@ pub(super) fn parse_watch<'a>(
         None => (stock_kind, keys::CLEANUP_KIND),
     };
     let state = parse_state(get)?;
-    let scopes = match get(keys::INIT_LIST) {
-        Some(list) => init_list_scopes(list),
-        None => vec![Scope::new(
-            get(keys::KUBE_CONTEXT),
-            get(keys::KUBE_NAMESPACE),
-        )],
-    };
+    let scopes = named_scopes(get);
     for s in &scopes {
         if let Some(ns) = &s.namespace {
             let key = match get(keys::INIT_LIST) {
@@ -54,6 +48,19 @@ pub(super) fn parse_watch<'a>(
         scopes,
         state,
     }))
+}
+
+/// The scopes a configuration names, in its order: Kyuubi's
+/// `kyuubi.kubernetes.client.initialize.list`, else `kyuubi.kubernetes.context` /
+/// `kyuubi.kubernetes.namespace` (the clients Kyuubi creates at its start).
+pub(super) fn named_scopes<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Vec<Scope> {
+    match get(keys::INIT_LIST) {
+        Some(list) => init_list_scopes(list),
+        None => vec![Scope::new(
+            get(keys::KUBE_CONTEXT),
+            get(keys::KUBE_NAMESPACE),
+        )],
+    }
 }
 
 /// Kyuubi's state source and state container (read by every mode: the leaders' scope-wide

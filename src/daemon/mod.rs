@@ -4,6 +4,9 @@
 //! # Guarantees
 //! * Self-watch mode is forced on (`...cleanupTerminatedDriverPod.watch.enabled=true`); a bad
 //!   configuration exits with status 2 and a message naming the key, before anything starts.
+//! * Without an HA backend (`kyuubi.ha.addresses` / `kyuubi.ha.zookeeper.quorum`) the daemon
+//!   exits with status 2 unless it runs alone (`--single-server`, or
+//!   `...cleanupTerminatedDriverPod.ha.singleServer=true`): replicas would each lead every scope.
 //! * On start, exactly one line goes to stdout: `podsweep listening on http://HOST:PORT` (the
 //!   address actually bound, so `--listen 127.0.0.1:0` can be used).
 //! * SIGTERM or SIGINT closes the engine (leadership released, nothing deleted) and exits 0.
@@ -65,6 +68,10 @@ pub struct Args {
     /// Address of the HTTP endpoints (/healthz, /livez, /metrics, /status).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:10029")]
     pub listen: String,
+    /// This daemon is the only one cleaning its Kubernetes contexts and namespaces: it may run
+    /// without an HA backend (sets ...cleanupTerminatedDriverPod.ha.singleServer=true).
+    #[arg(long)]
+    pub single_server: bool,
     /// Log level when RUST_LOG is not set (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub log_level: String,
@@ -97,10 +104,13 @@ pub fn run(mut args: Args) -> u8 {
         eprintln!("podsweep: --log-level: {e}");
         return EXIT_CONFIG;
     }
-    let raw = match conf::load(&config, &args.conf) {
+    let mut raw = match conf::load(&config, &args.conf) {
         Ok(raw) => raw,
         Err(e) => return config_error(&e.to_string()),
     };
+    if args.single_server {
+        raw.insert(keys::HA_SINGLE_SERVER.to_owned(), "true".to_owned());
+    }
     let settings = match Settings::from_map(raw) {
         Ok(s) => s,
         Err(e) => return config_error(&e.to_string()),
@@ -115,6 +125,9 @@ pub fn run(mut args: Args) -> u8 {
             keys::WATCH_KIND,
             keys::CLEANUP_KIND
         ));
+    }
+    if let Err(e) = crate::config::require_backend(&settings) {
+        return config_error(&e.to_string());
     }
     let server_id = args.server_id.clone().unwrap_or_else(host_name);
     let rt = match engine::runtime() {

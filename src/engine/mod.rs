@@ -40,6 +40,9 @@
 //!   the allow lists accept campaigns at once, its leader watches its pods
 //!   ([`crate::watch`]), scopes are never released when idle, and [`Engine::observe`] is refused
 //!   (`IllegalStateException`): the engine's own watch is the only source of its records.
+//!   Without an HA backend the servers share (none, or a private embedded ZooKeeper) an engine
+//!   built from Kyuubi's keys ([`Engine::new`], `PodSweeper.create`) is refused in this mode
+//!   (a [`ConfigError`] naming `ha.singleServer`) unless the server runs alone.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,6 +68,7 @@ use crate::seen::{Admit, Head, SeenPods};
 use crate::sweeper::{self, Command, DeleterSource, Release, ScopeHandle, SweeperConfig};
 use crate::watch::{self, Watches};
 
+mod owned;
 mod status;
 
 type ScopeTable = Arc<RwLock<HashMap<Scope, ScopeHandle>>>;
@@ -190,6 +194,7 @@ impl Engine {
             }
             other => EngineError::Runtime(other.to_string()),
         })?;
+        crate::config::require_backend(&settings)?;
         let backend: Arc<dyn Backend> = match &settings.ha {
             HaSettings::Local => Arc::new(LocalBackend),
             HaSettings::ZooKeeper(zk) => Arc::new(ZooKeeperBackend::new(zk.clone())),
@@ -289,6 +294,9 @@ impl Engine {
         sweeper_cfg.retention = settings.retention.clone();
         sweeper_cfg.events_qps = settings.events_qps;
         let scope_watches = settings.scope_watch.then(|| {
+            // A server whose informer sees only its own pods would never bring an idle scope
+            // back for another server's pods (`owned`).
+            sweeper_cfg.idle_release = crate::config::MAX_TIME;
             info!(
                 "The informers see only part of each scope ({} = true, or {} = ON): the cleanup \
                  leader of each scope also watches all its driver pods",
@@ -350,6 +358,7 @@ impl Engine {
             scope_watches,
         };
         engine.start_watched_scopes();
+        engine.start_configured_scopes();
         Ok(engine)
     }
 

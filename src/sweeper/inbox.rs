@@ -14,8 +14,11 @@
 //!   after it is kept).
 //! * Events of one pod reach the task in order; events of different pods keep the order of each
 //!   pod's first waiting event. A fresh list of the pod watch ([`Command::Listed`]) and the end of
-//!   a watch ([`Command::Unwatched`]) are barriers: an event sent after one never merges into an
-//!   entry queued before it.
+//!   a watch ([`Command::Unwatched`], [`Command::ScopeUnwatched`]) are barriers: an event sent
+//!   after one never merges into an entry queued before it.
+//! * An entry remembers whether any of its events came from this server's informer: one that
+//!   only the scope watch sent ([`Command::Watched`]) is marked so for the tracker
+//!   (`crate::tracker`'s watch-only UIDs).
 //! * The depth (entries and other commands waiting) is reported: `queued` and `queued_max` in
 //!   the scope's status, `podsweep_queued_commands` in the daemon's metrics, `queued` in
 //!   Kyuubi's MetricsSystem.
@@ -40,6 +43,9 @@ pub struct PodKey(Uid, u64);
 /// What waits for the task about one pod, merged ([`Entry::merge`]).
 #[derive(Debug, Default)]
 pub(super) struct Entry {
+    /// One of its events came from this server's informer (or a self-watch mode's watch), not
+    /// only from the leader's scope-wide watch ([`Command::Watched`]).
+    pub from_informer: bool,
     /// The latest time the pod was seen running by events answered on the caller's thread.
     pub seen_running: Option<SystemTime>,
     /// The last running state before [`Entry::last`], when that is a terminal state.
@@ -149,7 +155,8 @@ impl Inbox {
     pub fn send(&self, cmd: Command) -> Result<(), Command> {
         match cmd {
             Command::Observe(obs) => self.observe(obs, None),
-            Command::Listed(_) | Command::Unwatched => {
+            Command::Watched(obs) => self.merge(obs, None, false),
+            Command::Listed(_) | Command::Unwatched | Command::ScopeUnwatched => {
                 let mut waiting = self.pods.lock();
                 waiting.epoch += 1;
                 self.push(cmd)
@@ -165,8 +172,22 @@ impl Inbox {
         obs: Observation,
         seen_running: Option<SystemTime>,
     ) -> Result<(), Command> {
+        self.merge(obs, seen_running, true)
+    }
+
+    /// [`Inbox::observe`], from this server's informer or only from the scope watch.
+    fn merge(
+        &self,
+        obs: Observation,
+        seen_running: Option<SystemTime>,
+        from_informer: bool,
+    ) -> Result<(), Command> {
+        let give_back = |obs| match from_informer {
+            true => Command::Observe(obs),
+            false => Command::Watched(obs),
+        };
         if self.tx.is_closed() {
-            return Err(Command::Observe(obs));
+            return Err(give_back(obs));
         }
         let mut waiting = self.pods.lock();
         let key = PodKey(Uid::new(&obs.pod_uid), waiting.epoch);
@@ -174,10 +195,12 @@ impl Inbox {
             if let Some(at) = seen_running {
                 e.saw_running(at);
             }
+            e.from_informer |= from_informer;
             e.merge(obs);
             return Ok(());
         }
         let mut e = Box::<Entry>::default();
+        e.from_informer = from_informer;
         if let Some(at) = seen_running {
             e.saw_running(at);
         }
@@ -187,9 +210,7 @@ impl Inbox {
         if self.push(Command::Pod(key.clone())).is_err() {
             // The task ended meanwhile: the event is given back, as an unmerged send would.
             let e = waiting.entries.remove(&key);
-            return Err(e
-                .and_then(|e| e.last)
-                .map_or(Command::Shutdown, Command::Observe));
+            return Err(e.and_then(|e| e.last).map_or(Command::Shutdown, give_back));
         }
         Ok(())
     }

@@ -130,6 +130,12 @@ pub enum Command {
     Listed(Box<std::collections::HashSet<Uid>>),
     /// Self-watch mode: this server stopped watching the scope's pods.
     Unwatched,
+    /// One pod event from the leader's scope-wide watch beside the informers (`scopeWatch`):
+    /// merged as [`Command::Observe`], and marked as told only by that watch.
+    Watched(Observation),
+    /// The scope-wide watch beside the informers ended (the term ended, or the watch failed):
+    /// what only it told is dropped ([`crate::tracker::Tracker::drop_watch_only`]).
+    ScopeUnwatched,
     /// Kyuubi asks for this pod to be deleted at once (why, for the log: e.g. its batch was
     /// CANCELED); see [`crate::tracker::Tracker::due_now`].
     DueNow(Observation, Box<str>),
@@ -314,22 +320,25 @@ impl Sweeper {
         self.commands_taken = self.commands_taken.wrapping_add(1);
         self.metrics.queued.fetch_sub(1, Relaxed);
         match cmd {
-            Command::Observe(obs) => self.on_observe(&obs),
+            Command::Observe(obs) => self.on_observe(&obs, false),
+            Command::Watched(obs) => self.on_observe(&obs, true),
             Command::Pod(key) => {
                 if let Some(e) = self.pods.take(&key) {
+                    let from_watch = !e.from_informer;
                     if let Some(running) = &e.running {
-                        self.on_observe(running);
+                        self.on_observe(running, from_watch);
                     }
                     if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
                         self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
                     }
                     if let Some(last) = &e.last {
-                        self.on_observe(last);
+                        self.on_observe(last, from_watch);
                     }
                 }
             }
             Command::Listed(uids) => self.on_listed(&uids),
             Command::Unwatched => self.on_unwatched(),
+            Command::ScopeUnwatched => self.on_scope_unwatched(),
             Command::DueNow(obs, why) => self.on_due_now(&obs, &why),
             Command::Shutdown => return true,
         }
@@ -414,7 +423,8 @@ impl Sweeper {
         }
     }
 
-    fn on_observe(&mut self, obs: &Observation) {
+    /// One pod event; `from_watch`: only the scope-wide watch beside the informers told it.
+    fn on_observe(&mut self, obs: &Observation, from_watch: bool) {
         ScopeMetrics::inc(&self.metrics.observed);
         let uid = Uid::new(&obs.pod_uid);
         if obs.is_cleaned() {
@@ -422,10 +432,14 @@ impl Sweeper {
             self.shared_gone(&uid);
         }
         let now_wall = self.clock.now();
-        match self
-            .tracker
-            .observe(&uid, obs, self.cfg.kind, now_wall, Instant::now())
-        {
+        match self.tracker.observe_from(
+            &uid,
+            obs,
+            self.cfg.kind,
+            now_wall,
+            Instant::now(),
+            from_watch,
+        ) {
             Verdict::Ignore => {
                 // A terminated pod's annotations may have changed.
                 if self.apply_annotations(&uid, obs) {
@@ -860,6 +874,8 @@ impl Sweeper {
         ScopeMetrics::set(&self.metrics.due, self.tracker.count(Stage::Due));
         ScopeMetrics::set(&self.metrics.inflight, self.inflight.len());
         ScopeMetrics::set(&self.metrics.spared, self.tracker.spared_count());
+        ScopeMetrics::set(&self.metrics.running, self.tracker.running_count());
+        ScopeMetrics::set(&self.metrics.watch_only, self.tracker.watch_only_count());
         ScopeMetrics::set(&self.metrics.inflight_limit, self.pace.limit());
     }
 }

@@ -93,7 +93,7 @@ async fn a_paused_leading_flip_seen_as_one_change_still_dispatches() {
         deletion_requested: false,
         annotations: None,
     };
-    sw.on_observe(&obs);
+    sw.on_observe(&obs, false);
     let uid = Uid::new("u-flip");
     assert_eq!(sw.tracker.armed(), 1);
     // The pod's timer fires while the backend has just paused.

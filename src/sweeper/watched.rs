@@ -1,5 +1,5 @@
 //! Self-watch mode's two messages to a scope task (see `crate::watch`): a fresh list ended, and
-//! the watch stopped or failed.
+//! the watch stopped or failed; and the end of the scope-wide watch beside the informers.
 //!
 //! # Guarantees
 //! * A pod tracked here but absent from a fresh list is gone: its record is cancelled and its UID
@@ -8,6 +8,9 @@
 //!   record is dropped: nobody keeps it fresh, so it could otherwise be deleted later on stale
 //!   facts (another leader, or anyone, may have deleted the pod meanwhile). Tombstones stay. The next leader's list arms the pods again from
 //!   their own termination times, so the clock is kept.
+//! * When the scope-wide watch beside the informers (`scopeWatch`) ends (the term ended, or the
+//!   watch failed), the records and marks that only it told of are dropped, and the informer's
+//!   stay: an ex-leader holds nothing of pods its informer never sees end.
 //! * A DELETE still in flight when its record is dropped is let finish and reported; a record
 //!   armed again for that UID meanwhile is not dispatched until it has ended, and is settled by
 //!   it if it succeeded.
@@ -52,6 +55,26 @@ impl Sweeper {
                 scope = %self.scope,
                 "The pod watch of scope {} stopped or failed: {n} tracked pods are dropped until \
                  the next list",
+                self.scope
+            );
+        }
+    }
+
+    /// The scope-wide watch beside the informers ended: what only it told (other servers'
+    /// pods, which this server's informer never sees end) is dropped; the informer's records
+    /// stay.
+    pub(super) fn on_scope_unwatched(&mut self) {
+        let dropped = self.tracker.drop_watch_only();
+        let n = dropped.len();
+        for (uid, rec) in dropped {
+            self.drop_record(uid, rec);
+        }
+        self.compact_due();
+        if n > 0 {
+            info!(
+                scope = %self.scope,
+                "The scope-wide pod watch of scope {} ended: {n} tracked pods only it had \
+                 reported are dropped (their next leader lists them)",
                 self.scope
             );
         }

@@ -38,7 +38,8 @@
 //! 4-byte index in the UID table and one 8-byte timer entry; the engine adds 24 bytes for the pod
 //! in the scope's table of what its task was told ([`crate::seen`]). `cargo bench --bench memory
 //! -- memory` measures the whole, with the tables' spare room (`benches/memory.rs`; the figures
-//! are in `docs/performance.md`).
+//! are in `docs/performance.md`). A leader with the scope watch keeps one more set entry per pod
+//! only that watch told it of (`sources`).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::RandomState;
@@ -54,6 +55,7 @@ use tokio::time::Instant;
 use crate::ident::Ident;
 use crate::model::{AppState, CleanupKind, Observation};
 
+mod sources;
 mod timers;
 
 /// The most records a tracker holds (a timer entry packs a record's slot into 24 bits): far more
@@ -320,6 +322,8 @@ pub struct Tracker {
     spared: HashSet<Uid>,
     /// Driver pods seen in a non-terminal state, and when last.
     running: HashMap<Uid, SystemTime>,
+    /// UIDs held (record, running, spared) only from the scope watch (`sources`).
+    watch_only: HashSet<Uid>,
     /// Records per stage, indexed by `Stage as usize`.
     counts: [usize; 4],
     tombstones: HashMap<Uid, Instant>,
@@ -344,6 +348,7 @@ impl Tracker {
             shapes_kept: 0,
             spared: HashSet::new(),
             running: HashMap::new(),
+            watch_only: HashSet::new(),
             counts: [0; 4],
             tombstones: HashMap::new(),
             tombstone_order: VecDeque::new(),
@@ -518,12 +523,13 @@ impl Tracker {
         now: Instant,
     ) -> Verdict {
         if obs.is_cleaned() || !obs.is_kyuubi_driver() {
-            return self.observe(uid, obs, CleanupKind::None, now_wall, now);
+            return self.observe_from(uid, obs, CleanupKind::None, now_wall, now, false);
         }
         self.prune(now);
         if self.tombstones.contains_key(uid) {
             return Verdict::Ignore;
         }
+        self.informer_knows(uid);
         self.spared.remove(uid);
         let seen_running = self.running.remove(uid);
         if let Some(slot) = self.slot(uid) {
@@ -560,6 +566,7 @@ impl Tracker {
 
     /// Marks a UID done after a DELETE settled it (accepted, absent, or replaced).
     pub fn settle(&mut self, uid: &Uid, now: Instant) -> Option<Record> {
+        self.informer_knows(uid);
         self.tombstone(uid.clone(), now);
         self.remove(uid)
     }
@@ -658,6 +665,7 @@ impl Tracker {
     pub fn drop_unwatched(&mut self) -> Vec<(Uid, Record)> {
         self.spared.clear();
         self.running.clear();
+        self.watch_only.clear();
         self.counts = [0; 4];
         self.index.clear();
         self.timers.clear();

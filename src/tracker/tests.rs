@@ -521,3 +521,53 @@ fn record_times_keep_48_bits_and_count_later_ones_as_the_latest() {
         Some(SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_124))
     );
 }
+
+/// Issue 32 §5: what only the scope watch told (records, running and spared marks) is dropped
+/// when its term ends; what this server's informer told stays, even when the watch told it too.
+#[test]
+fn only_what_the_scope_watch_alone_told_is_dropped() {
+    let now = Instant::now();
+    let mut t = Tracker::new(Duration::from_secs(600));
+    let at = SystemTime::UNIX_EPOCH;
+    let kind = CleanupKind::Completed;
+    let see = |t: &mut Tracker, uid: &str, state: AppState, from_watch: bool| {
+        let o = obs(EventKind::Update, uid, state);
+        t.observe_from(&u(uid), &o, kind, at, now, from_watch)
+    };
+    // Other owners' pods, seen by the watch alone: a record, a spared mark, a running mark.
+    see(&mut t, "w-done", AppState::Finished, true);
+    see(&mut t, "w-failed", AppState::Failed, true);
+    see(&mut t, "w-running", AppState::Running, true);
+    // This server's own pods, from its informer, some also reported by the watch.
+    see(&mut t, "i-done", AppState::Finished, false);
+    see(&mut t, "i-done", AppState::Finished, true);
+    see(&mut t, "i-running", AppState::Running, true);
+    see(&mut t, "i-running", AppState::Running, false);
+    see(&mut t, "i-failed", AppState::Failed, false);
+    // The watch saw it run, the informer then saw it end: not the watch's alone.
+    see(&mut t, "mixed", AppState::Running, true);
+    see(&mut t, "mixed", AppState::Finished, false);
+    // Watch-only, and then gone (deleted): no mark is left behind.
+    see(&mut t, "w-gone", AppState::Finished, true);
+    let mut gone = obs(EventKind::Delete, "w-gone", AppState::Finished);
+    gone.deletion_requested = true;
+    t.observe_from(&u("w-gone"), &gone, kind, at, now, true);
+    assert_eq!(t.watch_only_count(), 3);
+    assert_eq!((t.len(), t.spared_count(), t.running_count()), (3, 2, 2));
+    let mut dropped: Vec<String> = t
+        .drop_watch_only()
+        .into_iter()
+        .map(|(uid, _)| uid.to_string())
+        .collect();
+    dropped.sort();
+    assert_eq!(dropped, ["w-done"]);
+    assert_eq!(t.watch_only_count(), 0);
+    assert_eq!((t.len(), t.spared_count(), t.running_count()), (2, 1, 1));
+    assert!(t.get(&u("i-done")).is_some() && t.get(&u("mixed")).is_some());
+    // A due-now request comes from the informer's server: the pod is not the watch's alone.
+    see(&mut t, "w-canceled", AppState::Running, true);
+    let o = obs(EventKind::Update, "w-canceled", AppState::Running);
+    assert_eq!(t.due_now(&u("w-canceled"), &o, at, now), Verdict::DueNow);
+    assert_eq!(t.watch_only_count(), 0);
+    assert!(t.drop_watch_only().is_empty());
+}

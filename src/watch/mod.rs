@@ -10,7 +10,8 @@
 //! * After every list (the first, and a relist after `410 Gone`), tracked pods absent from it are
 //!   cancelled and tombstoned without a DELETE (they are gone). When the watch stops, the scope
 //!   task drops its records (`crate::sweeper` module `watched`): a follower keeps nothing that a
-//!   later term could delete without a fresh list.
+//!   later term could delete without a fresh list. Beside the informers (`scopeWatch`), it drops
+//!   only what this watch alone told (other servers' pods); its informer's records stay.
 //! * Any error of the watch (a failed list or watch, an expiry, a broken stream, an API server
 //!   that went away) may have lost events: the scope drops its records as when the watch stops,
 //!   and a fresh list arms them again, after a backoff (0.8 s doubling to 5 min, jittered, reset
@@ -184,10 +185,22 @@ pub struct WatchTask {
     pub health: Arc<ScopeMetrics>,
     pub healthy_after: Duration,
     /// Beside the JVM's informers (whose events reach the same task in another order): the
-    /// watch only adds observations. It sends neither `Listed` (a pod an informer reported after
-    /// the list was taken would be taken for gone) nor `Unwatched` (the informers' records stay);
-    /// a pod tracked but gone meanwhile costs one DELETE answered 404.
+    /// watch only adds observations, marked as its own (`Command::Watched`). It sends no
+    /// `Listed` (a pod an informer reported after the list was taken would be taken for gone);
+    /// when it stops or fails it sends `ScopeUnwatched`, which drops only what it alone told
+    /// (the informers' records stay).
     pub additive: bool,
+}
+
+impl WatchTask {
+    /// What the scope task is told when this watch stops or fails: every record goes
+    /// (self-watch mode), or those only this watch told (beside the informers).
+    fn unwatched(&self) -> Command {
+        match self.additive {
+            true => Command::ScopeUnwatched,
+            false => Command::Unwatched,
+        }
+    }
 }
 
 /// Starts the watch task of a scope on the current runtime.
@@ -316,7 +329,7 @@ async fn supervise(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: Cancell
         metrics.failed(format!("the watch task failed: {what}"));
         pace.ended(true, false);
         let delay = restarts.failed(&what);
-        if !t.additive && t.tx.send(Command::Unwatched).is_err() {
+        if t.tx.send(t.unwatched()).is_err() {
             return;
         }
         tokio::select! {
@@ -357,11 +370,7 @@ async fn run(
         t.health
             .clear_unhealthy(UNHEALTHY_WATCH_FAILING | UNHEALTHY_WATCH_CANNOT_LIST);
         t.health.pauses.close(PauseKind::WatchFailing);
-        let sent = if t.additive {
-            Ok(())
-        } else {
-            t.tx.send(Command::Unwatched).map_err(|_| ())
-        };
+        let sent = t.tx.send(t.unwatched()).map_err(|_| ());
         match why {
             Ok(reason) if sent.is_ok() => {
                 info!(scope = %t.scope, "Stopped watching the driver pods of scope {} ({reason})", t.scope);
@@ -405,7 +414,7 @@ async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> G
         let expired = note_error(t, &error, &mut last_error);
         // Events may have been missed: what the watch told is dropped, and the next list arms
         // it again from the pods themselves.
-        if !t.additive && t.tx.send(Command::Unwatched).is_err() {
+        if t.tx.send(t.unwatched()).is_err() {
             return Gone;
         }
         if t.tx.is_closed() {
@@ -593,7 +602,11 @@ fn forward(
     if let Some(l) = listed {
         l.insert(Uid::new(&obs.pod_uid));
     }
-    t.tx.send(Command::Observe(obs)).map_err(|_| Gone)
+    let cmd = match t.additive {
+        true => Command::Watched(obs),
+        false => Command::Observe(obs),
+    };
+    t.tx.send(cmd).map_err(|_| Gone)
 }
 
 /// An expiry is routine (INFO); another error is a WARN when it differs from the last one, else

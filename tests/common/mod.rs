@@ -4,6 +4,7 @@ pub mod etcd;
 pub mod fixture;
 pub mod fleet;
 pub mod manual;
+pub mod owned;
 pub mod pods_api;
 pub mod process;
 pub mod proxy;

@@ -58,7 +58,10 @@ public final class PodSweeper implements AutoCloseable {
    * @param kyuubiConf the server's Kyuubi configuration (all keys; podsweep reads the
    *     {@code kyuubi.kubernetes.*} and {@code kyuubi.ha.*} ones with Kyuubi's defaults)
    * @param serverId this server's identity in elections, e.g. its {@code host:port}
-   * @throws IllegalArgumentException if an argument is null or a configuration value is invalid
+   * @throws IllegalArgumentException if an argument is null or a configuration value is invalid,
+   *     or if self-watch mode ({@code ...cleanupTerminatedDriverPod.watch.enabled=true}) has no HA
+   *     backend the servers share and {@code ...cleanupTerminatedDriverPod.ha.singleServer} is not
+   *     true (the message names that key)
    * @throws PodsweepException if the loaded native library comes from another build (version or
    *     git commit) than this jar; see {@link BuildInfo}
    * @throws UnsatisfiedLinkError if the native library cannot be loaded; the message lists every

@@ -178,6 +178,20 @@ class MisuseSuite extends AnyFunSuite with Eventually {
     assertNames(intercept[IllegalArgumentException](PodSweeper.create(localConf(retain -> "0"), "s")), retain)
   }
 
+  test("self-watch mode without an HA backend: create throws naming ha.singleServer, unless the server runs alone") {
+    val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
+    val single = P + "ha.singleServer"
+    val watch = P + "watch.enabled" -> "true"
+    val embedded = Seq(watch, "kyuubi.ha.addresses" -> "127.0.0.1:2181", P + "ha.embedded" -> "true")
+    for (extra <- Seq(Seq(watch), Seq(watch, single -> "false"), embedded)) {
+      val e = intercept[IllegalArgumentException](PodSweeper.create(localConf(extra: _*), "alone:10009"))
+      assertNames(e, single, "kyuubi.ha.addresses", "kyuubi.ha.zookeeper.quorum")
+    }
+    PodSweeper.create(localConf(watch, single -> "true"), "alone:10009").close()
+    // Informer mode (the patch): each server cleans on its own, as Kyuubi does without podsweep.
+    PodSweeper.create(localConf(), "alone:10009").close()
+  }
+
   // Registered only against a library built with the jni-test-hooks feature (scripts/test's second
   // sbt pass); the shipped library has no such entry point (NativeLoaderSuite checks), and a
   // canceled test counts as a failure in scripts/test.

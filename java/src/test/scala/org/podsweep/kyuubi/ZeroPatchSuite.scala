@@ -123,6 +123,30 @@ class ZeroPatchSuite extends AnyFunSuite {
     }
   }
 
+  test("no HA backend and not said to run alone: the drop-in refuses, naming ha.singleServer, and Kyuubi cleans as without it") {
+    needDropin()
+    withFleet("zookeeper") { (_, api, admin) =>
+      val ns = "dropin-no-ha"
+      val conf = KyuubiServer.conf("no-ha", new PodsApiServer(api), Seq(ns), 2000) ++
+        Map(P + "kind" -> "NONE", P + "watch.kind" -> "ALL")
+      assert(!conf.keys.exists(_.startsWith("kyuubi.ha.")), conf)
+      val s = new KyuubiServer("no-ha", KyuubiHome.Dropin, conf, logDir, mode = KyuubiHome.Manager)
+      try {
+        assert(s.serverId.isEmpty, "podsweep runs without an HA backend")
+        assert(s.log.exists(l => l.contains(" ERROR ") && l.contains("podsweep drop-in did not start") &&
+          l.contains(P + "ha.singleServer") && l.contains("kyuubi.ha.addresses") &&
+          l.contains("cleans terminated driver pods locally")), s.log.mkString("\n"))
+        // Kyuubi's own cleaner is NONE: the terminated pods go only because the drop-in fell back.
+        val spec = Spec(servers = 1, scopes = 1, pods = 2, retainMs = 2000, podPrefix = "no-ha-")
+        val (drivers, decoys) = Phases.createPods(new PodsApiServer(api), admin, Seq(ns), spec)
+        val w = Phases.terminate(admin, drivers, decoys, spec.retainMs)
+        eventually(assert(!w.drivers.exists(Phases.present(admin, Seq(ns)))))
+        val ours = api.podDeletes(ns).filter(d => w.drivers.exists(ref => d.pod.contains(ref.name)))
+        assert(ours.forall(d => !d.userAgent.startsWith(PodsweepAgent)), ours)
+      } finally s.close()
+    }
+  }
+
   test("a native library that does not load: Kyuubi starts, the drop-in logs an ERROR and cleans locally") {
     needDropin()
     withFleet("zookeeper") { (ha, api, admin) =>
@@ -149,7 +173,7 @@ class ZeroPatchSuite extends AnyFunSuite {
     }
   }
 
-  test("a whole stock Kyuubi server with its embedded ZooKeeper: the drop-in cleans locally") {
+  test("a whole stock Kyuubi server with its embedded ZooKeeper, said to run alone: the drop-in cleans locally") {
     needDropin()
     withFleet("zookeeper") { (_, api, admin) =>
       val ns = "dropin-embedded"
@@ -157,6 +181,8 @@ class ZeroPatchSuite extends AnyFunSuite {
       Files.createDirectories(dir)
       val conf = KyuubiServer.conf("embedded", new PodsApiServer(api), Seq(ns), 2000) ++ Map(
         P + "kind" -> "NONE", P + "watch.kind" -> "ALL",
+        // Its ZooKeeper is its own: self-watch mode runs without a shared HA backend only alone.
+        P + "ha.singleServer" -> "true",
         "kyuubi.frontend.bind.host" -> "127.0.0.1",
         "kyuubi.frontend.thrift.binary.bind.port" -> "0",
         "kyuubi.metadata.store.jdbc.url" -> s"jdbc:sqlite:$dir/metadata.db",
