@@ -74,8 +74,9 @@ impl Request {
 /// What a store task of the scope ended with.
 pub(super) enum Done {
     Posted(Uid, Result<bool, String>),
-    /// A removal (its failure is logged; the next term's reading sees the record again).
-    Removed(Shelf, String, Result<(), String>),
+    /// A record written or removed (a failure is logged at DEBUG: a removal that failed is read
+    /// again by the next term, a note that failed costs one report more after a failover).
+    Wrote(Shelf, String, Result<(), String>),
     /// The leader's reading of the requests, and the watch of what comes next.
     Listed(u64, Result<(Vec<Entry>, Changed), String>),
     /// The requests changed since the last reading (or its watch broke): read again.
@@ -237,7 +238,7 @@ impl Sweeper {
         };
         self.shared.tasks.spawn(async move {
             let r = store.remove(&key, shelf, &name).await;
-            Done::Removed(shelf, name, r)
+            Done::Wrote(shelf, name, r)
         });
     }
 
@@ -282,7 +283,7 @@ impl Sweeper {
                     .create(&key, Shelf::Reported, &name, value)
                     .await
                     .map(drop);
-                Done::Removed(Shelf::Reported, name, r)
+                Done::Wrote(Shelf::Reported, name, r)
             });
         }
     }
@@ -317,10 +318,10 @@ impl Sweeper {
                     self.shared.post_backoff.remove(&uid);
                 }
             }
-            Done::Removed(shelf, name, Err(e)) => debug!(
-                scope = %self.scope, "Cannot remove {name} from the {} shelf: {e}", shelf.dir()
+            Done::Wrote(shelf, name, Err(e)) => debug!(
+                scope = %self.scope, "Cannot write or remove {name} on the {} shelf: {e}", shelf.dir()
             ),
-            Done::Removed(..) => {}
+            Done::Wrote(..) => {}
             Done::Listed(term, _) | Done::Changed(term) | Done::RetryList(term)
                 if term != self.shared.term => {}
             Done::Listed(term, Ok((entries, changed))) => {
@@ -380,9 +381,15 @@ impl Sweeper {
             }
             None if self.tracker.is_tombstoned(&uid) => self.shared_gone(&uid),
             None => {
-                // A pod this server never saw: read it before anything is sent.
+                // A pod this server never saw: read it before anything is sent (once the client is
+                // built; the requests are read again meanwhile).
                 let Some(deleter) = self.deleter.clone() else {
                     self.shared.requested.remove(&uid);
+                    let delay = self.shared.list_backoff.next_delay();
+                    self.shared.tasks.spawn(async move {
+                        sleep(delay).await;
+                        Done::RetryList(term)
+                    });
                     return;
                 };
                 self.shared.tasks.spawn(async move {
