@@ -276,4 +276,3 @@ impl ScopeMetrics {
         v
     }
 }
-

@@ -90,7 +90,15 @@ impl Sweeper {
         // Resuming after a Retry-After pause: fewer in flight until DELETEs get through again.
         // The adaptive limit (or maxInFlight), lower still while resuming.
         let limit = self.pace.limit();
-        let cap = self.ramp.map_or(limit, |r| r.min(limit));
+        let mut cap = self.ramp.map_or(limit, |r| r.min(limit));
+        // Refused DELETEs: one probe at a time, once its time has come (`refusals`).
+        if let Some(next) = self.refusals.probe_at() {
+            if next > now {
+                self.poke(next);
+                return;
+            }
+            cap = 1;
+        }
         while self.inflight.len() < cap {
             if self.tracker.count(Stage::Due) == 0 {
                 return;
@@ -174,8 +182,7 @@ impl Sweeper {
         self.inflight_abort.remove(&uid);
         self.requeue_rearmed(&uid);
         let outcome = outcome.map(|(o, latency)| {
-            self.pace
-                .answered(o.class, o.retry_after.is_some(), latency, in_flight);
+            self.pace.answered(&o, latency, in_flight);
             o
         });
         let deleting = self
@@ -194,6 +201,7 @@ impl Sweeper {
         };
         self.metrics.outcome(outcome.class);
         self.note_outcome(&outcome);
+        let probing = self.note_refusal(&outcome);
         let (rec, cancelled) = match (deleting, self.finishing.remove(&uid)) {
             (true, _) => match self.tracker.get(&uid) {
                 Some(rec) => (rec.clone(), false),
@@ -222,7 +230,12 @@ impl Sweeper {
             self.failures.record(&uid, &rec.name(), &outcome);
             self.metrics
                 .failed(outcome.class, format!("pod {}: {outcome}", rec.name()));
-            self.schedule_retry(uid, &outcome);
+            if probing {
+                // A refusal episode: the pod stays due, behind the others, for a later probe.
+                self.keep_due(uid);
+            } else {
+                self.schedule_retry(uid, &outcome);
+            }
         }
         // A slot is free: the next due pod may go.
         self.dispatch();
@@ -353,6 +366,16 @@ impl Sweeper {
             )
         };
         self.tracker.arm(&uid, Instant::now() + delay);
+    }
+
+    /// A refused pod of a refusal episode: counted as a retry, due again behind the others.
+    fn keep_due(&mut self, uid: Uid) {
+        if self.tracker.add_attempt(&uid).is_none() {
+            return;
+        }
+        ScopeMetrics::inc(&self.metrics.retries);
+        self.tracker.set_stage(&uid, Stage::Due);
+        self.due.push_back(uid);
     }
 
     /// Gives the records a fresh start after the task failed: nothing in flight, every record

@@ -30,6 +30,7 @@ mod deletes;
 mod events;
 mod failures;
 mod inbox;
+mod refusals;
 mod retention;
 mod supervise;
 mod watched;
@@ -212,6 +213,8 @@ struct Sweeper {
     event_bucket: Option<Bucket>,
     /// DELETEs in flight allowed, from the API server's answers.
     pace: adaptive::Pace,
+    /// Refused DELETEs: the refusal episode and the access reviews (`refusals`).
+    refusals: refusals::Refusals,
 }
 
 impl Sweeper {
@@ -266,6 +269,9 @@ impl Sweeper {
                 _ = sleep_until_some(self.poke_at) => {
                     self.poke_at = None;
                     self.dispatch();
+                }
+                Some(done) = self.refusals.reviews.join_next(), if !self.refusals.reviews.is_empty() => {
+                    self.on_review(done);
                 }
                 _ = sleep_until_some(self.failures.next_at()) => {
                     self.failures.summarise(&self.scope, &self.cfg.tuning);
@@ -592,6 +598,9 @@ impl Sweeper {
         self.leading_since = leading.then(Instant::now);
         match st.leadership {
             Leadership::Leading => {
+                // Every term starts from one DELETE in flight: the last one may have ended in
+                // refusals (`refusals`).
+                self.slow_start();
                 info!(
                     scope = %self.scope,
                     "Leading cleanup of scope {} ({}): {} pods tracked, {} already due",
@@ -711,9 +720,19 @@ impl Sweeper {
         let reason = format!(
             "this server completed no DELETE for {window:?} while {overdue} pod(s) were due ({why})"
         );
-        self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
         // One report per window, whatever happens next.
         self.last_progress = now;
+        if let Some(why) = self.step_down_futile() {
+            let reason = format!("{reason}; not stepping down: {why}");
+            self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
+            error!(
+                scope = %self.scope,
+                "Cleanup of scope {} is stuck and this server keeps the leadership: {reason}",
+                self.scope
+            );
+            return;
+        }
+        self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
         if self.election.step_down(window, &reason) {
             self.metrics
                 .pauses
@@ -814,22 +833,38 @@ impl Sweeper {
     /// The backoff pause: this server leads, DELETEs failed and every one still due waits for
     /// its retry (none due now, none in flight, no Retry-After pause); it ends at the next timer.
     fn update_backoff_pause(&mut self) {
-        let held = self.last_leadership == Leadership::Leading
-            && self.tracker.count(Stage::Backoff) > 0
-            && self.tracker.count(Stage::Due) == 0
+        let now = Instant::now();
+        let open = self.last_leadership == Leadership::Leading
             && self.inflight.is_empty()
-            && self.gate.closed_until(Instant::now()).is_none();
-        if held {
-            let until = self.tracker.next_timer();
+            && self.gate.closed_until(now).is_none();
+        // A refusal episode: the due pods wait for the next probe.
+        let probing = self
+            .refusals
+            .holding()
+            .filter(|(next, _)| *next > now && self.tracker.count(Stage::Due) > 0);
+        let retrying =
+            self.tracker.count(Stage::Backoff) > 0 && self.tracker.count(Stage::Due) == 0;
+        if open && (probing.is_some() || retrying) {
+            let until = match probing {
+                Some((next, _)) => Some(next),
+                None => self.tracker.next_timer(),
+            };
             if self.backoff_until == Some(until) {
                 return;
             }
             self.backoff_until = Some(until);
-            let detail = format!(
-                "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
-                self.tracker.count(Stage::Backoff),
-                self.last_retry
-            );
+            let detail = match probing {
+                Some((_, last)) => format!(
+                    "DELETEs are refused: one DELETE probes at the end, {} pod(s) wait; last \
+                     answer: {last}",
+                    self.tracker.count(Stage::Due) + self.tracker.count(Stage::Backoff)
+                ),
+                None => format!(
+                    "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
+                    self.tracker.count(Stage::Backoff),
+                    self.last_retry
+                ),
+            };
             self.metrics.pauses.open(PauseKind::Backoff, until, &detail);
         } else if self.backoff_until.take().is_some() {
             self.metrics.pauses.close(PauseKind::Backoff);

@@ -129,6 +129,7 @@ pub(super) fn new_sweeper(
         warn_bound: Default::default(),
         event_bucket: super::events::bucket(cfg_events),
         pace: super::adaptive::Pace::new(cfg_adaptive, cfg_ceiling),
+        refusals: Default::default(),
     }
 }
 
