@@ -60,6 +60,7 @@
 
 pub(crate) mod inspect;
 mod lease;
+mod store;
 mod wakeups;
 
 use std::error::Error as _;
@@ -83,6 +84,7 @@ use self::wakeups::{Wakeups, WAKE_GRACE};
 use super::driver::{
     self, poll_some, sleep_until_some, spawn_upkeep, Connect, Fault, Health, Pool, Seat, Session,
 };
+use super::store::ScopeStore;
 use super::{Backend, LeaderSignal};
 use crate::backoff::Backoff;
 use crate::config::{keys, EtcdSettings, EtcdTls};
@@ -168,6 +170,18 @@ impl Backend for EtcdBackend {
             signal,
             cancel,
         ))
+    }
+
+    fn store(&self, identity: &super::Identity) -> Option<Arc<dyn ScopeStore>> {
+        Some(Arc::new(store::EtcdStore {
+            settings: self.settings.clone(),
+            pool: self.pool.clone(),
+            identity: identity.clone(),
+        }))
+    }
+
+    fn in_contact(&self, identity: &str) -> bool {
+        self.pool.is_up(identity)
     }
 }
 

@@ -37,6 +37,7 @@ mod driver;
 pub mod etcd;
 pub mod inspect;
 pub mod local;
+pub mod store;
 pub mod zookeeper;
 
 use std::future::Future;
@@ -189,6 +190,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether stepping down hands leadership to another server (false for `local`, where every
     /// server leads its own scopes).
     fn can_step_down(&self) -> bool {
+        true
+    }
+
+    /// The records this server shares with the other servers of its scopes
+    /// ([`store::ScopeStore`]), through its session; `None` for `local`, which shares nothing.
+    fn store(&self, _identity: &Identity) -> Option<Arc<dyn store::ScopeStore>> {
+        None
+    }
+
+    /// Whether this server is in contact with the backend now (its session is up): what it
+    /// hands to the scope's leader through the store can reach it. Always true for `local`.
+    fn in_contact(&self, _identity: &str) -> bool {
         true
     }
 }

@@ -87,6 +87,7 @@ macro_rules! election_suite {
             frozen_leader_is_replaced_and_wakes_up_without_the_right_to_act,
             unreachable_server_means_no_quorum,
             fifty_scopes_share_one_session_and_close_one_at_a_time,
+            store_records_are_shared_and_their_changes_watched,
         );
 
         /// The child process's body; does nothing unless started by a scenario.
@@ -622,4 +623,65 @@ pub async fn fifty_scopes_share_one_session_and_close_one_at_a_time<S: ElectionS
     for s in &scopes {
         assert!(server.candidates(s).await.is_empty());
     }
+}
+
+/// The scope store ([`podsweep::election::store`]): a record one server creates is read by
+/// another, created once however often it is created, watched (a change after a listing wakes
+/// the watcher, also on a shelf that did not exist when it was listed) and removed.
+pub async fn store_records_are_shared_and_their_changes_watched<S: ElectionServer>() {
+    use podsweep::election::store::Shelf;
+    use podsweep::election::Identity;
+    init_logs();
+    let server = S::start();
+    let scope = Scope::new(Some("cluster:ab12"), Some("spark"));
+    let (one, two) = (
+        S::backend(&server.address(), TIMEOUT),
+        S::backend(&server.address(), TIMEOUT),
+    );
+    // No session yet: the store does not open one of its own.
+    let (id_a, id_b) = (Identity::fixed("server-a"), Identity::fixed("server-b"));
+    let a = one.store(&id_a).expect("a store");
+    let b = two.store(&id_b).expect("a store");
+    let none = a.list(&scope, Shelf::Requests).await;
+    assert!(none.is_err(), "no session, no store: {none:?}");
+    let ha = ElectionHandle::start(&one, scope.clone(), "server-a".into());
+    wait_state(&ha, Leadership::Leading, Duration::from_secs(15)).await;
+    let hb = ElectionHandle::start(&two, scope.clone(), "server-b".into());
+    wait_candidates(&server, &scope, 2).await;
+
+    let (listed, changed) = b.watch(&scope, Shelf::Requests).await.expect("watch");
+    assert!(listed.is_empty(), "{listed:?}");
+    assert_eq!(
+        a.create(&scope, Shelf::Requests, "uid/1", b"one".to_vec())
+            .await,
+        Ok(true)
+    );
+    assert_eq!(
+        a.create(&scope, Shelf::Requests, "uid/1", b"two".to_vec())
+            .await,
+        Ok(false)
+    );
+    timeout(Duration::from_secs(10), changed)
+        .await
+        .expect("the watcher saw the record come");
+    let (listed, changed) = b.watch(&scope, Shelf::Requests).await.expect("watch");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(
+        (listed[0].name.as_str(), listed[0].value.as_slice()),
+        ("uid/1", &b"one"[..])
+    );
+    // Another shelf is another set.
+    assert_eq!(b.list(&scope, Shelf::Reported).await, Ok(vec![]));
+    b.remove(&scope, Shelf::Requests, "uid/1")
+        .await
+        .expect("remove");
+    b.remove(&scope, Shelf::Requests, "uid/1")
+        .await
+        .expect("gone is not an error");
+    timeout(Duration::from_secs(10), changed)
+        .await
+        .expect("the watcher saw the record go");
+    assert_eq!(a.list(&scope, Shelf::Requests).await, Ok(vec![]));
+    hb.close().await;
+    ha.close().await;
 }

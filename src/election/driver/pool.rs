@@ -129,6 +129,20 @@ impl<C: Connect> Pool<C> {
         }
     }
 
+    /// The live session of `identity`, if one is open, without taking a use of it (the stores
+    /// of [`crate::election::store`] never open one of their own).
+    pub(crate) fn peek(&self, identity: &str) -> Option<Arc<C::Session>> {
+        let slots = self.slots();
+        let entry = slots.get(identity)?.current.as_ref()?;
+        is_live(&*entry.session).then(|| entry.session.clone())
+    }
+
+    /// Whether the live session of `identity` is in contact now ([`Health::Up`]).
+    pub(crate) fn is_up(&self, identity: &str) -> bool {
+        self.peek(identity)
+            .is_some_and(|s| matches!(*s.health().borrow(), Health::Up { .. }))
+    }
+
     /// A scope is done with `session`; the last one closes it.
     pub(super) async fn release(&self, identity: &str, session: Arc<C::Session>) {
         let closing = {

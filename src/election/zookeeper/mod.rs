@@ -88,12 +88,14 @@ use zookeeper_client::{
 };
 
 use super::driver::{self, spawn_upkeep, Connect, Fault, Health, Pool, Seat, Session};
-use super::{Backend, LeaderSignal};
+use super::store::ScopeStore;
+use super::{Backend, Identity, LeaderSignal};
 use crate::config::{ZkAuth, ZkSettings};
 use crate::scope::Scope;
 
 mod connect;
 pub(crate) mod inspect;
+mod store;
 
 use connect::{connector, log_settings, node_acls};
 
@@ -150,6 +152,18 @@ impl Backend for ZooKeeperBackend {
             signal,
             cancel,
         ))
+    }
+
+    fn store(&self, identity: &Identity) -> Option<Arc<dyn ScopeStore>> {
+        Some(Arc::new(store::ZkStore {
+            settings: self.settings.clone(),
+            pool: self.pool.clone(),
+            identity: identity.clone(),
+        }))
+    }
+
+    fn in_contact(&self, identity: &str) -> bool {
+        self.pool.is_up(identity)
     }
 }
 
