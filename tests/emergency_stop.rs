@@ -263,7 +263,7 @@ async fn emergency_stop(plan: Plan) -> Value {
         .filter(|d| d.code == 200 && d.at >= back_wall)
         .map(|d| d.at)
         .max();
-    let samples = samples.lock().unwrap();
+    let samples = std::mem::take(&mut *samples.lock().unwrap());
     let (changes, led, gap_ms) = leadership(&samples, cut, back);
     let (changes_after, _, _) = leadership(&samples, back, done);
     let forbidden: u64 = statuses
