@@ -306,6 +306,11 @@ pub struct ElectionHandle {
     step_down: mpsc::UnboundedSender<StepDown>,
     can_step_down: bool,
     task: Option<JoinHandle<()>>,
+    /// The backend's records shared by the scope's servers, the scope's election key once read,
+    /// and this server's identity: [`ElectionHandle::shared`].
+    store: Option<Arc<dyn store::ScopeStore>>,
+    key: Arc<std::sync::OnceLock<Scope>>,
+    identity: Identity,
 }
 
 impl ElectionHandle {
@@ -360,10 +365,13 @@ impl ElectionHandle {
             UNHEALTHY_ELECTION_RESTARTED,
             healthy_after,
         );
+        let store = backend.store(&identity);
+        let key_cell: Arc<std::sync::OnceLock<Scope>> = Arc::default();
         let task = tokio::spawn(supervise(
             backend.clone(),
             key,
-            identity,
+            key_cell.clone(),
+            identity.clone(),
             signal,
             cancel.clone(),
             requests,
@@ -376,7 +384,19 @@ impl ElectionHandle {
             step_down,
             can_step_down: backend.can_step_down(),
             task: Some(task),
+            store,
+            key: key_cell,
+            identity,
         }
+    }
+
+    /// The records this scope shares with the other servers of its election, once its
+    /// election key is known: the store, the key, and this server's id in the election. `None`
+    /// for `local` (nothing shared) and until the key is read.
+    pub fn shared(&self) -> Option<(Arc<dyn store::ScopeStore>, Scope, String)> {
+        let store = self.store.clone()?;
+        let key = self.key.get()?.clone();
+        Some((store, key, self.identity.current()))
     }
 
     /// Gives up leadership and stays out of the election for `hold`; false (nothing done) when
@@ -471,9 +491,11 @@ impl Drop for ElectionHandle {
 
 /// Runs [`campaigns`] until `cancel` fires; after a panic, reports `Following` (no lease) with
 /// the reason, and runs them again after a backoff.
+#[allow(clippy::too_many_arguments)]
 async fn supervise(
     backend: Arc<dyn Backend>,
     key: ElectionKey,
+    key_cell: Arc<std::sync::OnceLock<Scope>>,
     identity: Identity,
     signal: LeaderSignal,
     cancel: CancellationToken,
@@ -513,6 +535,7 @@ async fn supervise(
         }
     };
     let _ = metrics.election_key.set(scope.to_string());
+    let _ = key_cell.set(scope.clone());
     loop {
         let run = campaigns(&backend, &scope, &identity, &signal, &cancel, &mut requests);
         let Err(what) = restarts.guard(run).await else {

@@ -29,6 +29,7 @@ mod adaptive;
 mod deletes;
 mod events;
 mod failures;
+mod handover;
 mod inbox;
 mod refusals;
 mod retention;
@@ -50,9 +51,7 @@ use crate::clock::Clock;
 use crate::config::Tuning;
 use crate::deleter::{Outcome, PodDeleter};
 use crate::election::{ElectionHandle, Leadership, Status};
-use crate::metrics::{
-    ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS, UNHEALTHY_THROTTLED,
-};
+use crate::metrics::{ScopeMetrics, UNHEALTHY_LEADERLESS, UNHEALTHY_THROTTLED};
 use crate::model::{CleanupKind, Observation};
 use crate::pause::PauseKind;
 use crate::schedule;
@@ -215,6 +214,8 @@ struct Sweeper {
     pace: adaptive::Pace,
     /// Refused DELETEs: the refusal episode and the access reviews (`refusals`).
     refusals: refusals::Refusals,
+    /// Whether a leader that cannot delete hands over (`handover`).
+    handover: handover::Handover,
 }
 
 impl Sweeper {
@@ -272,6 +273,9 @@ impl Sweeper {
                 }
                 Some(done) = self.refusals.reviews.join_next(), if !self.refusals.reviews.is_empty() => {
                     self.on_review(done);
+                }
+                Some(done) = self.handover.calls.join_next(), if !self.handover.calls.is_empty() => {
+                    self.on_handover(done);
                 }
                 _ = sleep_until_some(self.failures.next_at()) => {
                     self.failures.summarise(&self.scope, &self.cfg.tuning);
@@ -599,8 +603,9 @@ impl Sweeper {
         match st.leadership {
             Leadership::Leading => {
                 // Every term starts from one DELETE in flight: the last one may have ended in
-                // refusals (`refusals`).
+                // refusals (`refusals`), which the scope's refused record may tell (`handover`).
                 self.slow_start();
+                self.read_refused_record();
                 info!(
                     scope = %self.scope,
                     "Leading cleanup of scope {} ({}): {} pods tracked, {} already due",
@@ -693,63 +698,6 @@ impl Sweeper {
             .unwrap_or_default();
         ScopeMetrics::set(&self.metrics.oldest_overdue_ms, oldest.as_millis() as usize);
         self.check_stall(Instant::now());
-    }
-
-    /// Steps down when this leader has completed no DELETE for `step_down_after` while DELETEs
-    /// were due (and not held back by a server's `Retry-After`).
-    fn check_stall(&mut self, now: Instant) {
-        let overdue = self.tracker.len() - self.tracker.count(Stage::Scheduled);
-        if overdue == 0 || self.gate.closed_until(now).is_some() {
-            self.work_since = None;
-            return;
-        }
-        let work_since = *self.work_since.get_or_insert(now);
-        let Some(leading_since) = self.leading_since else {
-            return;
-        };
-        let stalled_since = work_since.max(leading_since).max(self.last_progress);
-        let window = self.cfg.step_down_after;
-        if now.duration_since(stalled_since) < window {
-            return;
-        }
-        let why = match (&self.deleter_error, &self.last_failure) {
-            (Some(e), _) => format!("the Kubernetes client cannot be built: {e}"),
-            (None, Some(f)) => format!("last answer: {f}"),
-            (None, None) => "no answer yet".to_owned(),
-        };
-        let reason = format!(
-            "this server completed no DELETE for {window:?} while {overdue} pod(s) were due ({why})"
-        );
-        // One report per window, whatever happens next.
-        self.last_progress = now;
-        if let Some(why) = self.step_down_futile() {
-            let reason = format!("{reason}; not stepping down: {why}");
-            self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
-            error!(
-                scope = %self.scope,
-                "Cleanup of scope {} is stuck and this server keeps the leadership: {reason}",
-                self.scope
-            );
-            return;
-        }
-        self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
-        if self.election.step_down(window, &reason) {
-            self.metrics
-                .pauses
-                .open_expiring(PauseKind::StepDownHold, now + window, &reason);
-            error!(
-                scope = %self.scope,
-                "Stepping down as cleanup leader of scope {}: {reason}. Another server may take \
-                 over; this one stays out of the election for {window:?}",
-                self.scope
-            );
-        } else {
-            error!(
-                scope = %self.scope,
-                "Cleanup of scope {} is stuck: {reason}; there is no other server to hand over to",
-                self.scope
-            );
-        }
     }
 
     /// Schedules the idle check while nothing is tracked, cancels it otherwise.

@@ -121,6 +121,7 @@ impl Sweeper {
         let now = Instant::now();
         if outcome.class.is_done() {
             self.refusals.in_a_row = 0;
+            self.clear_refused_record();
             if let Some(ep) = self.refusals.episode.take() {
                 self.slow_start();
                 self.refusals.access = None;
@@ -150,6 +151,7 @@ impl Sweeper {
             ep.probes = probes;
             ep.next = now + wait;
             ep.last = outcome.to_string();
+            self.note_refused_here();
             return true;
         }
         if self.refusals.in_a_row < EPISODE_AFTER {
@@ -169,6 +171,7 @@ impl Sweeper {
             self.scope, self.tracker.len()
         );
         self.start_review();
+        self.note_refused_here();
         true
     }
 

@@ -130,6 +130,7 @@ pub(super) fn new_sweeper(
         event_bucket: super::events::bucket(cfg_events),
         pace: super::adaptive::Pace::new(cfg_adaptive, cfg_ceiling),
         refusals: Default::default(),
+        handover: Default::default(),
     }
 }
 
