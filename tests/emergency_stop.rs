@@ -294,7 +294,11 @@ async fn emergency_stop(plan: Plan) -> Value {
     }
     // One accepted DELETE per pod, every pod gone, no restart.
     let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
-    for d in k.deletes_in(plan.ns).iter().filter(|d| d.code == 200) {
+    for d in k
+        .deletes_in(plan.ns)
+        .iter()
+        .filter(|d| d.code == 200 && d.user != "podsweep-admin")
+    {
         *per_pod.entry(d.name.clone()).or_default() += 1;
     }
     let twice = per_pod.values().filter(|n| **n > 1).count();
@@ -429,7 +433,9 @@ async fn thaw_deletes(k: &RealKube, ns: &str) {
         .expect("delete binding");
 }
 
-/// Whether a dry-run DELETE of pod `name` by the account of `token` is refused (403).
+/// Whether a dry-run DELETE of pod `name` by the account of `token` is refused (403). (kube-rs
+/// says `dryRun` in the body only, so the audit log shows it as a DELETE: ask as the admin,
+/// whose requests the counts leave out.)
 async fn refused(k: &RealKube, ns: &str, name: &str, token: &str) -> bool {
     use k8s_openapi::api::core::v1::Pod;
     let pods: kube::Api<Pod> = kube::Api::namespaced(k.client(token).await, ns);
@@ -455,7 +461,7 @@ async fn an_admission_refusal_does_not_rotate_the_leadership() {
     freeze_deletes(k, ns).await;
     assert!(
         eventually(Duration::from_secs(30), || futures::executor::block_on(
-            refused(k, ns, "stop-00000", &tokens[0])
+            refused(k, ns, "stop-00000", &k.admin_token)
         ))
         .await,
         "the policy refuses DELETEs"
@@ -507,7 +513,7 @@ async fn an_admission_refusal_does_not_rotate_the_leadership() {
         eventually(Duration::from_secs(120), || k
             .deletes_in(ns)
             .iter()
-            .filter(|d| d.code == 200)
+            .filter(|d| d.code == 200 && d.user != "podsweep-admin")
             .count()
             >= pods)
         .await
@@ -519,7 +525,7 @@ async fn an_admission_refusal_does_not_rotate_the_leadership() {
     let ok: Vec<_> = k
         .deletes_in(ns)
         .into_iter()
-        .filter(|d| d.code == 200)
+        .filter(|d| d.code == 200 && d.user != "podsweep-admin")
         .collect();
     assert_eq!(ok.len(), pods, "one accepted DELETE per pod");
     assert!(k.pods(ns).await.is_empty());
