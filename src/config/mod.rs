@@ -28,7 +28,7 @@ use self::tuning::parse_tuning;
 
 pub use self::ha::{EtcdSettings, EtcdTls, HaSettings, ZkAuth, ZkRetry, ZkSettings};
 pub use self::retention::{Retention, ScopeWatch};
-pub use self::time::{parse_time, MAX_TIME};
+pub use self::time::{parse_duration, parse_time, MAX_TIME};
 pub use self::tuning::{Tuning, MAX_QPS, MIN_QPS};
 pub use self::watch::{init_list_scopes, WatchSettings};
 

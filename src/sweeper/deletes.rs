@@ -78,6 +78,17 @@ impl Sweeper {
     }
 
     pub(super) fn dispatch(&mut self) {
+        // Applying a pod's waiting events (below) may ask for a dispatch: the loop under way
+        // goes on with whatever they made due.
+        if self.dispatching {
+            return;
+        }
+        self.dispatching = true;
+        self.dispatch_now();
+        self.dispatching = false;
+    }
+
+    fn dispatch_now(&mut self) {
         let Some(deleter) = self.deleter.clone() else {
             return;
         };
@@ -122,6 +133,13 @@ impl Sweeper {
             if self.inflight_abort.contains_key(&uid) {
                 // A DELETE of this UID is still in flight (its record was dropped and armed
                 // again meanwhile, in self-watch mode): `on_done` puts it back.
+                continue;
+            }
+            if let Some(entry) = self.pods.take_current(&uid, self.barriers) {
+                // Newer events of the pod wait in the inbox (an annotation that keeps it, a
+                // deletion, a running state): they decide first, then it is looked at again.
+                self.due.push_front(uid);
+                self.apply_entry(entry);
                 continue;
             }
             if let Err(wait) = self.bucket.take(now) {
@@ -386,6 +404,7 @@ impl Sweeper {
         self.inflight_uid.clear();
         self.inflight_abort.clear();
         self.finishing.clear();
+        self.dispatching = false;
         self.tracker.disarm_all();
         self.due.clear();
         self.poke_at = None;
@@ -408,7 +427,7 @@ impl Sweeper {
     }
 
     /// Why a record's pod goes, for its Event.
-    fn why(&self, rec: &crate::tracker::Record) -> String {
+    pub(super) fn why(&self, rec: &crate::tracker::Record) -> String {
         if rec.immediate() {
             "Kyuubi asked for its deletion".to_owned()
         } else if rec.capped() {

@@ -210,10 +210,17 @@ struct Sweeper {
     warn_bound: retention::WarnBound,
     /// The bound on Kubernetes Events (`None`: Events are off).
     event_bucket: Option<Bucket>,
+    /// The causes of failed Events already warned about.
+    events_warned: events::Warned,
     /// DELETEs in flight allowed, from the API server's answers.
     pace: adaptive::Pace,
     /// Refused DELETEs: the refusal episode and the access reviews (`refusals`).
     refusals: refusals::Refusals,
+    /// Barriers (`Listed`, `Unwatched`) taken from the inbox: the epoch of the pods' entries
+    /// that wait in the inbox after the last of them ([`PodQueue::take_current`]).
+    barriers: u64,
+    /// A dispatch is under way (an entry it applies may ask for another: that one waits).
+    dispatching: bool,
     /// Whether a leader that cannot delete hands over (`handover`).
     handover: handover::Handover,
 }
@@ -321,23 +328,34 @@ impl Sweeper {
             Command::Observe(obs) => self.on_observe(&obs),
             Command::Pod(key) => {
                 if let Some(e) = self.pods.take(&key) {
-                    if let Some(running) = &e.running {
-                        self.on_observe(running);
-                    }
-                    if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
-                        self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
-                    }
-                    if let Some(last) = &e.last {
-                        self.on_observe(last);
-                    }
+                    self.apply_entry(e);
                 }
             }
-            Command::Listed(uids) => self.on_listed(&uids),
-            Command::Unwatched => self.on_unwatched(),
+            Command::Listed(uids) => {
+                self.barriers += 1;
+                self.on_listed(&uids)
+            }
+            Command::Unwatched => {
+                self.barriers += 1;
+                self.on_unwatched()
+            }
             Command::DueNow(obs, why) => self.on_due_now(&obs, &why),
             Command::Shutdown => return true,
         }
         false
+    }
+
+    /// Applies the coalesced events of one pod, in order.
+    fn apply_entry(&mut self, e: inbox::Entry) {
+        if let Some(running) = &e.running {
+            self.on_observe(running);
+        }
+        if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
+            self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
+        }
+        if let Some(last) = &e.last {
+            self.on_observe(last);
+        }
     }
 
     async fn build_deleter(&mut self) {

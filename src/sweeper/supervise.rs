@@ -131,6 +131,9 @@ pub(super) fn new_sweeper(
         pace: super::adaptive::Pace::new(cfg_adaptive, cfg_ceiling),
         refusals: Default::default(),
         handover: Default::default(),
+        barriers: 0,
+        dispatching: false,
+        events_warned: Default::default(),
     }
 }
 
