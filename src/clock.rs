@@ -4,6 +4,15 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+/// Wall-clock milliseconds since the epoch (0 if the clock is before 1970), from the system's
+/// clock whatever [`Clock`] a scope uses: the times its status shows.
+pub fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 #[derive(Clone, Debug)]
 pub enum Clock {
     /// The system's wall clock.

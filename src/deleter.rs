@@ -112,9 +112,28 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// What the API server's authorizer says of this server's `delete` on the pods of a namespace
+/// (a `SelfSubjectAccessReview`): whether a refusal comes from RBAC (another server's account
+/// may be allowed) or from admission (a policy or webhook that refuses every server alike).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The account may delete pods there: a refused DELETE was refused after authorization.
+    Allowed,
+    /// The authorizer denies it (the reason it gives, if any).
+    Denied(String),
+    /// Not known: the review failed or was not asked (why).
+    Unknown(String),
+}
+
 /// Sends one DELETE for a pod, by name, guarded by its UID.
 pub trait PodDeleter: Send + Sync + 'static {
     fn delete(&self, name: &str, uid: &str, dry_run: bool) -> BoxFuture<'static, Outcome>;
+
+    /// Asks the API server whether this server may delete the namespace's pods. The default
+    /// does not know (deleters of tests and benches).
+    fn review(&self) -> BoxFuture<'static, Access> {
+        Box::pin(async { Access::Unknown("no access review for this deleter".into()) })
+    }
 
     /// Records a Kubernetes Event about a pod of the deleter's namespace. The default records
     /// nothing (deleters of tests and benches).
@@ -199,7 +218,43 @@ impl KubeDeleter {
     }
 }
 
+/// The longest wait for a `SelfSubjectAccessReview`.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl PodDeleter for KubeDeleter {
+    fn review(&self) -> BoxFuture<'static, Access> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(self.client.clone());
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(self.namespace.clone()),
+                    verb: Some("delete".into()),
+                    group: Some(String::new()),
+                    resource: Some("pods".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Box::pin(async move {
+            let params = kube::api::PostParams::default();
+            let asked = api.create(&params, &review);
+            match tokio::time::timeout(REVIEW_TIMEOUT, asked).await {
+                Err(_) => Access::Unknown(format!("no answer within {REVIEW_TIMEOUT:?}")),
+                Ok(Err(e)) => Access::Unknown(error_chain(&e)),
+                Ok(Ok(r)) => match r.status {
+                    Some(st) if st.allowed => Access::Allowed,
+                    Some(st) => Access::Denied(st.reason.unwrap_or_default()),
+                    None => Access::Unknown("the review came back without a status".into()),
+                },
+            }
+        })
+    }
+
     fn record(&self, note: EventNote) -> BoxFuture<'static, Result<(), String>> {
         use kube::runtime::events::{Event, EventType};
         let recorder = self.recorder.clone();

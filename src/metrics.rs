@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+pub use crate::clock::epoch_ms;
 use crate::deleter::OutcomeClass;
 use crate::pause::{PauseKind, Pauses};
 
@@ -304,12 +305,4 @@ impl ScopeMetrics {
         self.pauses.add_to(&mut v, |k| self.pause_unhealthy(k));
         v
     }
-}
-
-/// Wall-clock milliseconds since the epoch (0 if the clock is before 1970).
-pub fn epoch_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }

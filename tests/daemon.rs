@@ -400,6 +400,47 @@ async fn idle_connections_never_keep_a_probe_from_being_answered() {
     assert_eq!(signal(&mut d, "-TERM").await, 0);
 }
 
+/// Issue 32: a connection flood cannot cut a probe. A probe whose request is still arriving
+/// (its request line sent, its headers not finished) when 40 other connections open is
+/// answered: before, the 33rd connection closed the oldest, the probe's (a kubelet then counts
+/// a failed liveness probe and, after three, restarts the pod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_flood_never_cuts_a_probe() {
+    let api = PodsApi::start().await;
+    let mut d = start(&conf_file(&api), &[]).await;
+    let host = d.url.strip_prefix("http://").unwrap().to_owned();
+    let mut flood = Vec::new();
+    for path in ["/livez", "/healthz"] {
+        let mut probe = tokio::net::TcpStream::connect(&host).await.unwrap();
+        probe
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n").as_bytes())
+            .await
+            .unwrap();
+        for _ in 0..(podsweep::daemon::http::MAX_CONNECTIONS + 8) {
+            flood.push(tokio::net::TcpStream::connect(&host).await.unwrap());
+        }
+        // The daemon's one accept loop takes connections in order: once this request is
+        // answered, it has taken the whole flood.
+        let (code, _) = get(&d.url, "/status").await;
+        assert_eq!(code, 200);
+        probe.write_all(b"\r\n").await.unwrap();
+        let mut answer = String::new();
+        let read = timeout(Duration::from_secs(5), probe.read_to_string(&mut answer)).await;
+        println!(
+            "{path} beside {} flooding connections: {:?}",
+            flood.len(),
+            answer.lines().next()
+        );
+        assert!(read.is_ok(), "{path}: no answer within 5 s");
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "{path}: the probe's connection was cut: {answer:?}"
+        );
+    }
+    drop(flood);
+    assert_eq!(signal(&mut d, "-TERM").await, 0);
+}
+
 /// Issue 20, as a new user tries it: the daemon pointed at an API server that nobody answers
 /// (a closed port). Its leader watches nothing it could list, so within seconds `/healthz` is
 /// 503 and says so, `podsweep_healthy` and `podsweep_watching` read 0, `podsweep_paused` reads

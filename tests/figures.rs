@@ -12,11 +12,17 @@
 //!   number glued to a letter or an underscore (`p99`, `x20`, `36f8cc5`, `N1`), an adjective
 //!   (`4-byte`), one after `#`, the number of an issue or a commit (`issue 12`), and an HTTP status
 //!   other than 200 (`404`, `429`: labels of answers).
-//! * The file holds a figure when one of its lines has a number (anywhere: a value, a key such as
-//!   `answered_404`, or inside a string value), or the count of its lines is one, that rounds to the figure at the figure's precision, in the figure's unit or a
+//! * The file holds a figure when one of its lines has a number **value** (a field's number, in
+//!   arrays and nested objects too; the label of a table of counts, `{"200": 5000}`; a
+//!   `name=number` written in a string, `wall_s=297`; of the `stamp`, only the load averages and
+//!   cores), or the count of its lines is one, that rounds to the figure at the figure's precision, in the figure's unit or a
 //!   thousand, a million or a hundred times away from it (`1.81 s` is held by `1810` ms, `1.54 µs`
 //!   by `1540.6` ns, `76 %` by `0.76`). When the unit names, in `code`, the `bench` or `chaos` of
 //!   some of the linked lines, only those lines are read.
+//!
+//!   Not a number value: the digits of a string (a setting `PT10S`, a kind `32 concurrent
+//!   DELETEs`), of a key's name (`not_found_404`), of a date or a commit (issue 32: a figure
+//!   "54/min" was held by the `:54` of a stamp's time, not by the line it came from).
 //!
 //! So a measured figure goes next to the link of the lines it comes from, and what no line holds
 //! (a setting, an estimate, a figure from a run whose lines were not kept) goes in a unit without a
@@ -154,20 +160,28 @@ fn figures(text: &str) -> Vec<Figure> {
     out
 }
 
-/// Every number a JSON value holds: its numbers, the numbers in its keys (`not_found_404`,
-/// `"answers": {"504": 7}`) and every number written in its strings (`PT10S`, `first 60 s`).
+/// Every number value a JSON line holds where a figure can be quoted from: its fields' numbers
+/// (in arrays and nested objects too), and the keys of a table of counts (`"delete_codes":
+/// {"200": 5000}`: the key is the value's label). Digits inside strings (a setting `PT10S`, a
+/// kind `32 concurrent DELETEs`, a date, a commit) and in a key's name (`not_found_404`) are not
+/// figures, and the `stamp` (where the line came from) holds only its load averages and cores.
 fn numbers(v: &Value, out: &mut Vec<f64>) {
     match v {
         Value::Number(n) => out.extend(n.as_f64().map(f64::abs)),
-        Value::String(s) => out.extend(loose_numbers(s)),
+        Value::String(s) => out.extend(assigned_numbers(s)),
         Value::Array(a) => a.iter().for_each(|x| numbers(x, out)),
         Value::Object(o) => {
             for (k, x) in o {
-                out.extend(
-                    k.split(|c: char| !c.is_ascii_alphanumeric())
-                        .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
-                        .filter_map(|w| w.parse::<f64>().ok()),
-                );
+                if k == "stamp" {
+                    for kept in ["load", "loadavg_1m", "cores"] {
+                        numbers(&x[kept], out);
+                    }
+                    continue;
+                }
+                // A table of counts by label: `{"200": 5000}`.
+                if let Ok(label) = k.parse::<f64>() {
+                    out.push(label);
+                }
                 numbers(x, out);
             }
         }
@@ -175,25 +189,16 @@ fn numbers(v: &Value, out: &mut Vec<f64>) {
     }
 }
 
-/// Every run of digits in a string, with its decimals.
-fn loose_numbers(s: &str) -> Vec<f64> {
-    let mut out = Vec::new();
-    let mut run = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        let decimal_point = c == '.'
-            && !run.is_empty()
-            && !run.contains('.')
-            && chars.peek().is_some_and(|d| d.is_ascii_digit());
-        if c.is_ascii_digit() || decimal_point {
-            run.push(c);
-        } else if !run.is_empty() {
-            out.extend(run.parse::<f64>().ok());
-            run.clear();
-        }
-    }
-    out.extend(run.parse::<f64>().ok());
-    out
+/// The values a string records as `name=number` (`rc=0 wall_s=297`): a line's note of a
+/// measurement, unlike the other digits of a string.
+fn assigned_numbers(s: &str) -> Vec<f64> {
+    s.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '(' | ')'))
+        .filter_map(|w| w.split_once('='))
+        .filter(|(name, _)| {
+            !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+        })
+        .filter_map(|(_, v)| v.trim_end_matches('.').parse::<f64>().ok())
+        .collect()
 }
 
 /// The figure's unit, or one a thousand, a million or a hundred times away.
@@ -431,4 +436,38 @@ fn the_scan_reads_figures_as_documented() {
     assert!(u[1].code.contains("lag") && u[1].text.contains("39 ms"));
     assert_eq!(u[2].links, ["b.jsonl"]);
     assert!(!u[2].text.contains("nested"));
+}
+
+/// Issue 32: a figure is held by a number value of its lines, not by digits anywhere in them.
+/// Each page below quotes a figure that its line holds only inside a string, a key, a date or a
+/// commit; the scan must say so for each, and still take the figures the line does hold.
+#[test]
+fn a_figure_is_held_by_a_value_not_by_digits_anywhere_in_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = serde_json::json!({
+        "bench": "drain", "kind": "32 concurrent DELETEs", "first_17": 1,
+        "deletes_per_s": 395.3, "delete_codes": {"200": 5000}, "note": "rc=0 wall_s=297",
+        "stamp": {"commit": "05397d9b50a4", "date": "2026-12-05T02:35:54Z", "load": {"start": [1.36, 1.78, 1.56]}}
+    });
+    std::fs::write(dir.path().join("l.jsonl"), format!("{line}\n")).unwrap();
+    let check = |text: &str| {
+        let page = dir.path().join("p.md");
+        std::fs::write(&page, format!("{text} ([lines](l.jsonl))\n")).unwrap();
+        let o = check_page(&page);
+        (o.checked, o.problems)
+    };
+    // Held: a value, a count's label, a `name=number`, the load.
+    for ok in ["395.3/s", "5,000 answered", "in 297 s", "load 1.4"] {
+        let (checked, problems) = check(ok);
+        assert_eq!((checked, problems.len()), (1, 0), "{ok}: {problems:?}");
+    }
+    // Not held: a digit in a string, in a key's name, in a date, in a commit.
+    for wrong in ["32 in flight", "17 pods", "54/min", "35 s", "5,397 ms"] {
+        let (checked, problems) = check(wrong);
+        assert_eq!(
+            (checked, problems.len()),
+            (1, 1),
+            "{wrong} passed: {problems:?}"
+        );
+    }
 }

@@ -31,7 +31,7 @@ pub use self::ha::{
     ZkRetry, ZkSettings,
 };
 pub use self::retention::{Retention, ScopeWatch};
-pub use self::time::{parse_time, MAX_TIME};
+pub use self::time::{parse_duration, parse_time, MAX_TIME};
 pub use self::tuning::{Tuning, MAX_QPS, MIN_QPS};
 pub use self::watch::{init_list_scopes, WatchSettings};
 

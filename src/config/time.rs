@@ -16,15 +16,22 @@ use super::ConfigError;
 /// retry wait of a year is already far beyond any sensible setting.
 pub const MAX_TIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// Parses a Kyuubi time value of any length: milliseconds (a number of milliseconds too large
+/// for 64 bits reads as [`Duration::MAX`]: longer than anything) or an ISO-8601 duration. `None`
+/// when it is neither.
+pub fn parse_duration(value: &str) -> Option<Duration> {
+    let v = value.trim();
+    match v.parse::<u64>() {
+        Ok(ms) => Some(Duration::from_millis(ms)),
+        Err(_) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => Some(Duration::MAX),
+        Err(_) => parse_iso8601(v),
+    }
+}
+
 /// Parses a Kyuubi time value, at most [`MAX_TIME`]; zero is allowed (callers that need a
 /// positive value check it).
 pub fn parse_time(key: &str, value: &str) -> Result<Duration, ConfigError> {
-    let v = value.trim();
-    let parsed = match v.parse::<u64>() {
-        Ok(ms) => Some(Duration::from_millis(ms)),
-        Err(_) => parse_iso8601(v),
-    };
-    let d = parsed.ok_or_else(|| {
+    let d = parse_duration(value).ok_or_else(|| {
         ConfigError::invalid(
             key,
             value,

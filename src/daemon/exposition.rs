@@ -216,6 +216,42 @@ const FAMILIES: &[Family] = &[
         value: |s| num(&s["deletes_sent"]),
     },
     Family {
+        name: "podsweep_capped",
+        kind: MetricType::Counter,
+        help: "Pods deleted before their retain period ended because the scope was over its cap (maxTerminatedPods).",
+        value: |s| num(&s["capped"]),
+    },
+    Family {
+        name: "podsweep_kept_pods",
+        kind: MetricType::Gauge,
+        help: "Pods kept from deletion by retain period by their podsweep.org/keep annotation now.",
+        value: |s| num(&s["kept"]),
+    },
+    Family {
+        name: "podsweep_annotations_malformed",
+        kind: MetricType::Counter,
+        help: "Pods whose podsweep annotations could not be read (the operator's period applied).",
+        value: |s| num(&s["annotations_malformed"]),
+    },
+    Family {
+        name: "podsweep_events_sent",
+        kind: MetricType::Counter,
+        help: "Kubernetes Events recorded about deleted or refused pods (events.enabled).",
+        value: |s| num(&s["events_sent"]),
+    },
+    Family {
+        name: "podsweep_events_failed",
+        kind: MetricType::Counter,
+        help: "Kubernetes Events the API server did not record (refused, unreachable).",
+        value: |s| num(&s["events_failed"]),
+    },
+    Family {
+        name: "podsweep_events_dropped",
+        kind: MetricType::Counter,
+        help: "Kubernetes Events left out by events.qps.",
+        value: |s| num(&s["events_dropped"]),
+    },
+    Family {
         name: "podsweep_leadership_transitions",
         kind: MetricType::Counter,
         help: "Changes of this server's leadership state for the scope.",
@@ -445,6 +481,37 @@ mod tests {
             "lag": {"count": 4, "sum_seconds": 0.5, "bucket_bounds_seconds": [0.1, 0.2],
                     "bucket_counts": [3, 0, 1]}
         })
+    }
+
+    /// Issue 32: the retention and Events counters of the status are exported too.
+    #[test]
+    fn retention_and_events_counters_are_exported() {
+        let mut st = scope(true);
+        for (k, v) in [
+            ("capped", 5),
+            ("kept", 2),
+            ("annotations_malformed", 3),
+            ("events_sent", 7),
+            ("events_failed", 4),
+            ("events_dropped", 6),
+        ] {
+            st[k] = json!(v);
+        }
+        let text = prometheus(&[st]);
+        let l = "context=\"prod\",namespace=\"sp\\\"ark\"";
+        for line in [
+            format!("podsweep_capped_total{{{l}}} 5"),
+            format!("podsweep_kept_pods{{{l}}} 2"),
+            format!("podsweep_annotations_malformed_total{{{l}}} 3"),
+            format!("podsweep_events_sent_total{{{l}}} 7"),
+            format!("podsweep_events_failed_total{{{l}}} 4"),
+            format!("podsweep_events_dropped_total{{{l}}} 6"),
+        ] {
+            assert!(
+                text.lines().any(|x| x == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
     }
 
     #[test]

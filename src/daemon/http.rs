@@ -6,10 +6,16 @@
 //! `/healthz` (the readiness probe) answers 200 only while every scope is healthy.
 //!
 //! # Guarantees
-//! * At most [`MAX_CONNECTIONS`] connections are open at once, and a new one is always served:
-//!   past the cap the oldest open connection is closed to make room. A slow or idle client can
+//! * Probes are always answered: a connection whose request line is `GET /livez` or `GET /healthz`
+//!   is served from slots of its own ([`MAX_PROBES`]), which no other connection takes, however
+//!   many arrive. Each probe connection answers one request and closes (as the kubelet's do).
+//! * At most [`MAX_CONNECTIONS`] other connections are open at once, and a new one is always
+//!   served: past the cap the oldest open one is closed to make room. A slow or idle client can
 //!   neither take the descriptors the election and Kubernetes connections need nor keep a probe
-//!   (the kubelet's `/healthz`, a scrape) from being answered at once.
+//!   or a scrape from being answered at once.
+//! * A new connection is told apart by its first bytes, read without consuming them; until they
+//!   come it waits among at most [`MAX_PENDING`] such connections (the oldest closed past the
+//!   cap), for at most [`HEADER_READ_TIMEOUT`].
 //! * A client has [`HEADER_READ_TIMEOUT`] to send a request's headers, and a connection lives at
 //!   most [`CONNECTION_LIFETIME`], however it is used; then it is closed.
 //! * A request's buffered headers and body are bounded ([`MAX_BUF`]).
@@ -24,15 +30,19 @@ use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use super::exposition;
 use crate::engine::Engine;
 
-/// Connections served at once.
+/// Connections other than probes served at once.
 pub const MAX_CONNECTIONS: usize = 32;
+/// Probe connections (`/livez`, `/healthz`) served at once, apart from the others.
+pub const MAX_PROBES: usize = 8;
+/// New connections whose first bytes have not come yet, at once.
+pub const MAX_PENDING: usize = 64;
 /// Time allowed to send a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a connection is kept, whatever it does.
@@ -40,32 +50,96 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 /// Read buffer of a connection (hyper's minimum).
 const MAX_BUF: usize = 8192;
 
-/// The open connections, oldest first: each with its id and what closes it.
+/// The request lines of the probes, as a connection's first bytes.
+const PROBES: [&[u8]; 4] = [
+    b"GET /livez ",
+    b"GET /livez?",
+    b"GET /healthz ",
+    b"GET /healthz?",
+];
+
+/// Which slots a connection takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pool {
+    /// Its first bytes have not come yet.
+    Pending,
+    /// Its request line is a probe's.
+    Probe,
+    Other,
+}
+
+impl Pool {
+    fn cap(self) -> usize {
+        match self {
+            Pool::Pending => MAX_PENDING,
+            Pool::Probe => MAX_PROBES,
+            Pool::Other => MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// The open connections, oldest first: each with its id, its pool and what closes it.
 #[derive(Default)]
 struct Open {
     next: u64,
-    conns: VecDeque<(u64, CancellationToken)>,
+    conns: VecDeque<(u64, Pool, CancellationToken)>,
 }
 
 impl Open {
-    /// Makes room for a new connection (closing the oldest past the cap) and registers it.
-    fn admit(open: &Mutex<Open>) -> (u64, CancellationToken) {
+    /// Makes room in `pool` for a connection (closing the pool's oldest past its cap) and
+    /// registers it there; a connection that was pending (`id`) moves.
+    fn admit(open: &Mutex<Open>, pool: Pool, id: Option<u64>) -> (u64, CancellationToken) {
         let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
-        while o.conns.len() >= MAX_CONNECTIONS {
-            if let Some((_, oldest)) = o.conns.pop_front() {
-                oldest.cancel();
+        if let Some(id) = id {
+            o.conns.retain(|(i, _, _)| *i != id);
+        }
+        while o.conns.iter().filter(|(_, p, _)| *p == pool).count() >= pool.cap() {
+            if let Some(at) = o.conns.iter().position(|(_, p, _)| *p == pool) {
+                if let Some((_, _, oldest)) = o.conns.remove(at) {
+                    oldest.cancel();
+                }
             }
         }
-        let id = o.next;
-        o.next += 1;
+        let id = id.unwrap_or_else(|| {
+            o.next += 1;
+            o.next
+        });
         let token = CancellationToken::new();
-        o.conns.push_back((id, token.clone()));
+        o.conns.push_back((id, pool, token.clone()));
         (id, token)
     }
 
     fn remove(open: &Mutex<Open>, id: u64) {
         let mut o = open.lock().unwrap_or_else(|p| p.into_inner());
-        o.conns.retain(|(i, _)| *i != id);
+        o.conns.retain(|(i, _, _)| *i != id);
+    }
+}
+
+/// Which pool a new connection belongs to, from its first bytes (read, not consumed); `None`
+/// when it closes, or sends nothing within [`HEADER_READ_TIMEOUT`].
+async fn classify(stream: &TcpStream) -> Option<Pool> {
+    let until = tokio::time::Instant::now() + HEADER_READ_TIMEOUT;
+    let mut buf = [0u8; 16];
+    loop {
+        let n = tokio::time::timeout_at(until, stream.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        let head = &buf[..n];
+        if PROBES.iter().any(|p| head.starts_with(p)) {
+            return Some(Pool::Probe);
+        }
+        if !PROBES.iter().any(|p| p.starts_with(head)) {
+            return Some(Pool::Other);
+        }
+        // A probe's request line still arriving: look again shortly.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        if tokio::time::Instant::now() >= until {
+            return None;
+        }
     }
 }
 
@@ -85,9 +159,18 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: Cancell
                 }
             },
         };
-        let (id, closed) = Open::admit(&open);
+        let (id, closed) = Open::admit(&open, Pool::Pending, None);
         let (engine, open) = (engine.clone(), open.clone());
         tokio::spawn(async move {
+            let pool = tokio::select! {
+                p = classify(&stream) => p,
+                _ = closed.cancelled() => None,
+            };
+            let Some(pool) = pool else {
+                Open::remove(&open, id);
+                return;
+            };
+            let (id, closed) = Open::admit(&open, pool, Some(id));
             let svc = hyper::service::service_fn(move |req| {
                 let engine = engine.clone();
                 async move { Ok::<_, Infallible>(answer(&engine, &req)) }
@@ -96,6 +179,8 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, shutdown: Cancell
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_READ_TIMEOUT)
                 .max_buf_size(MAX_BUF)
+                // A probe's slot serves one probe.
+                .keep_alive(pool != Pool::Probe)
                 .serve_connection(TokioIo::new(stream), svc);
             tokio::select! {
                 r = tokio::time::timeout(CONNECTION_LIFETIME, conn) => match r {

@@ -320,6 +320,8 @@ pub struct ElectionHandle {
     step_down: mpsc::UnboundedSender<StepDown>,
     can_step_down: bool,
     task: Option<JoinHandle<()>>,
+    /// This server's identity in the election ([`ElectionHandle::shared`]).
+    identity: Identity,
 }
 
 impl ElectionHandle {
@@ -380,7 +382,7 @@ impl ElectionHandle {
         let task = tokio::spawn(supervise(
             backend.clone(),
             key,
-            identity,
+            identity.clone(),
             Signals {
                 main: signal,
                 gate: gate_signal,
@@ -401,7 +403,17 @@ impl ElectionHandle {
             step_down,
             can_step_down: backend.can_step_down(),
             task: Some(task),
+            identity,
         }
+    }
+
+    /// The records this scope shares with the other servers of its election, once its
+    /// election key is known: the store, the key the election runs under now, and this server's
+    /// id in the election. `None` for `local` (nothing shared) and until the key is read.
+    pub fn shared(&self) -> Option<(Arc<dyn store::ScopeStore>, Scope, String)> {
+        let store = self.store.clone()?;
+        let key = self.keys()?.key;
+        Some((store, key, self.identity.current()))
     }
 
     /// Gives up leadership and stays out of the election for `hold`; false (nothing done) when

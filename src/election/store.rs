@@ -92,6 +92,10 @@ pub trait ScopeStore: Send + Sync {
         shelf: Shelf,
         name: &str,
     ) -> BoxFuture<'static, Result<(), String>>;
+
+    /// The server ids campaigning in the election of `key` now (its latch nodes or election
+    /// keys, in no particular order): whom a step-down could hand the scope to.
+    fn participants(&self, key: &Scope) -> BoxFuture<'static, Result<Vec<String>, String>>;
 }
 
 /// The path of a shelf of `key` under `root` (`/<ns>-podsweep`).

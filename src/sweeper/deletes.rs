@@ -78,6 +78,17 @@ impl Sweeper {
     }
 
     pub(super) fn dispatch(&mut self) {
+        // Applying a pod's waiting events (below) may ask for a dispatch: the loop under way
+        // goes on with whatever they made due.
+        if self.dispatching {
+            return;
+        }
+        self.dispatching = true;
+        self.dispatch_now();
+        self.dispatching = false;
+    }
+
+    fn dispatch_now(&mut self) {
         let Some(deleter) = self.deleter.clone() else {
             return;
         };
@@ -90,7 +101,15 @@ impl Sweeper {
         // Resuming after a Retry-After pause: fewer in flight until DELETEs get through again.
         // The adaptive limit (or maxInFlight), lower still while resuming.
         let limit = self.pace.limit();
-        let cap = self.ramp.map_or(limit, |r| r.min(limit));
+        let mut cap = self.ramp.map_or(limit, |r| r.min(limit));
+        // Refused DELETEs: one probe at a time, once its time has come (`refusals`).
+        if let Some(next) = self.refusals.probe_at() {
+            if next > now {
+                self.poke(next);
+                return;
+            }
+            cap = 1;
+        }
         while self.inflight.len() < cap {
             if self.tracker.count(Stage::Due) == 0 {
                 return;
@@ -114,6 +133,13 @@ impl Sweeper {
             if self.inflight_abort.contains_key(&uid) {
                 // A DELETE of this UID is still in flight (its record was dropped and armed
                 // again meanwhile, in self-watch mode): `on_done` puts it back.
+                continue;
+            }
+            if let Some(entry) = self.pods.take_current(&uid, self.barriers) {
+                // Newer events of the pod wait in the inbox (an annotation that keeps it, a
+                // deletion, a running state): they decide first, then it is looked at again.
+                self.due.push_front(uid);
+                self.apply_entry(entry);
                 continue;
             }
             if self.cfg.tuning.dry_run {
@@ -188,8 +214,7 @@ impl Sweeper {
         self.inflight_abort.remove(&uid);
         self.requeue_rearmed(&uid);
         let outcome = outcome.map(|(o, latency)| {
-            self.pace
-                .answered(o.class, o.retry_after.is_some(), latency, in_flight);
+            self.pace.answered(&o, latency, in_flight);
             o
         });
         let deleting = self
@@ -208,6 +233,7 @@ impl Sweeper {
         };
         self.metrics.outcome(outcome.class);
         self.note_outcome(&outcome);
+        let probing = self.note_refusal(&outcome);
         let (rec, cancelled) = match (deleting, self.finishing.remove(&uid)) {
             (true, _) => match self.tracker.get(&uid) {
                 Some(rec) => (rec.clone(), false),
@@ -241,7 +267,12 @@ impl Sweeper {
             self.failures.record(&uid, &rec.name(), &outcome);
             self.metrics
                 .failed(outcome.class, format!("pod {}: {outcome}", rec.name()));
-            self.schedule_retry(uid, &outcome);
+            if probing {
+                // A refusal episode: the pod stays due, behind the others, for a later probe.
+                self.keep_due(uid);
+            } else {
+                self.schedule_retry(uid, &outcome);
+            }
         }
         // A slot is free: the next due pod may go.
         self.dispatch();
@@ -374,6 +405,16 @@ impl Sweeper {
         self.tracker.arm(&uid, Instant::now() + delay);
     }
 
+    /// A refused pod of a refusal episode: counted as a retry, due again behind the others.
+    fn keep_due(&mut self, uid: Uid) {
+        if self.tracker.add_attempt(&uid).is_none() {
+            return;
+        }
+        ScopeMetrics::inc(&self.metrics.retries);
+        self.tracker.set_stage(&uid, Stage::Due);
+        self.due.push_back(uid);
+    }
+
     /// Gives the records a fresh start after the task failed: nothing in flight, every record
     /// armed again from its own deadline (overdue ones at once).
     pub(super) fn recover(&mut self) {
@@ -382,6 +423,7 @@ impl Sweeper {
         self.inflight_uid.clear();
         self.inflight_abort.clear();
         self.finishing.clear();
+        self.dispatching = false;
         self.tracker.disarm_all();
         self.due.clear();
         self.poke_at = None;
@@ -404,7 +446,7 @@ impl Sweeper {
     }
 
     /// Why a record's pod goes, for its Event.
-    fn why(&self, rec: &crate::tracker::Record) -> String {
+    pub(super) fn why(&self, rec: &crate::tracker::Record) -> String {
         if rec.immediate() {
             "Kyuubi asked for its deletion".to_owned()
         } else if rec.capped() {

@@ -10,12 +10,15 @@
 //!   record.
 //! * A dry run records no Event (it writes nothing).
 //! * Recording never delays a DELETE: each Event is its own task, and a failed one is counted
-//!   (`events_failed`) and logged at DEBUG.
+//!   (`events_failed`, exported in `/metrics` and Kyuubi's gauges): the first failure of each
+//!   cause (an HTTP status, an error kind) is a WARN per scope, the others DEBUG.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::deletes::Bucket;
 use super::{Sweeper, Uid};
@@ -25,6 +28,9 @@ use crate::tracker::Record;
 
 /// Events a scope may send at once before `events.qps` paces them.
 pub const EVENT_BURST: u32 = 10;
+
+/// The causes of failed Events a scope has warned about.
+pub(super) type Warned = Arc<Mutex<HashSet<String>>>;
 
 pub(super) fn bucket(qps: Option<f64>) -> Option<Bucket> {
     qps.map(|q| Bucket::new(q, EVENT_BURST))
@@ -68,14 +74,68 @@ impl Sweeper {
         };
         let metrics = self.metrics.clone();
         let scope = self.scope.clone();
+        let warned = self.events_warned.clone();
         tokio::spawn(async move {
             match deleter.record(ev).await {
                 Ok(()) => ScopeMetrics::inc(&metrics.events_sent),
                 Err(e) => {
                     ScopeMetrics::inc(&metrics.events_failed);
-                    debug!(scope = %scope, pod = %name, "Event about pod {name} not recorded: {e}");
+                    let cause = cause_of(&e);
+                    let first = {
+                        let mut w = warned.lock().unwrap_or_else(|p| p.into_inner());
+                        w.len() < WARNED_CAUSES && w.insert(cause.clone())
+                    };
+                    if first {
+                        warn!(
+                            scope = %scope,
+                            "Kubernetes Events about the driver pods of scope {scope} are not \
+                             recorded ({cause}): {e}. podsweep cleans on without them and counts \
+                             them (events_failed); to record them, grant `create` and `patch` on \
+                             events (events.k8s.io) in the namespace"
+                        );
+                    } else {
+                        debug!(scope = %scope, pod = %name, "Event about pod {name} not recorded: {e}");
+                    }
                 }
             }
         });
+    }
+}
+
+/// The causes of failed Events a scope warns about, at most this many (then only DEBUG).
+const WARNED_CAUSES: usize = 16;
+
+/// The cause of a failed Event, for its one WARN: the HTTP status the API server answered
+/// (`HTTP 403`), else the kind of error (the text before its first `:`).
+fn cause_of(e: &str) -> String {
+    if let Some(at) = e.find("code: ") {
+        let code: String = e[at + 6..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        if !code.is_empty() {
+            return format!("HTTP {code}");
+        }
+    }
+    e.split(':')
+        .next()
+        .unwrap_or(e)
+        .trim()
+        .chars()
+        .take(60)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn causes() {
+        let forbidden = "ApiError: events.events.k8s.io is forbidden: User \"x\" cannot create \
+                         resource: Forbidden (ErrorResponse { status: \"Failure\", code: 403 })";
+        assert_eq!(super::cause_of(forbidden), "HTTP 403");
+        assert_eq!(
+            super::cause_of("HyperError: error trying to connect: refused"),
+            "HyperError"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! first pod's answer, instead of one line per pod per retry.
 //!
 //! 403s give an ERROR that names the missing RBAC grant; other refusals (401, 400, 422, ...) an
-//! ERROR; 429, 5xx and transport failures a WARN. The first summary comes a few seconds after the
+//! ERROR; 429, 5xx and transport failures a WARN. How refusals hold the pace back: `refusals`. The first summary comes a few seconds after the
 //! first failure (so it counts a whole burst), the next ones every
 //! `failures.summaryInterval` while failures go on.
 
@@ -91,15 +91,17 @@ impl Failures {
                 OutcomeClass::Forbidden => error!(
                     scope = %scope,
                     "DELETE is forbidden for {n} pod(s) in scope {scope} ({pending} still \
-                     pending): {first}. Pending pods are kept and retried every ~{:?}; grant the \
-                     Kyuubi service account `delete` on pods in this namespace",
+                     pending): {first}. Pending pods are kept; while DELETEs are refused one at \
+                     a time probes every ~{:?}; grant the Kyuubi service account `delete` on \
+                     pods in this namespace",
                     tuning.forbidden_retry
                 ),
                 OutcomeClass::Other => error!(
                     scope = %scope,
                     "DELETE was refused for {n} pod(s) in scope {scope} ({attempts} attempts, \
                      {pending} still pending), first {first}. Pending pods are kept and retried \
-                     with backoff (at most {:?} apart)",
+                     with backoff (at most {:?} apart), one DELETE at a time while they are \
+                     refused",
                     tuning.retry_max_wait
                 ),
                 _ => warn!(

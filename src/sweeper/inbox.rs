@@ -123,6 +123,13 @@ impl PodQueue {
         entry
     }
 
+    /// The entry of pod `uid` queued in epoch `epoch` (after the task's last barrier), taken
+    /// ahead of its token (which then finds nothing): its newest events, for a check right
+    /// before the pod's DELETE.
+    pub(super) fn take_current(&self, uid: &Uid, epoch: u64) -> Option<Entry> {
+        self.take(&PodKey(uid.clone(), epoch))
+    }
+
     /// How many pods have an entry waiting.
     pub fn len(&self) -> usize {
         self.lock().entries.len()

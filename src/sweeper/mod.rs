@@ -29,7 +29,9 @@ mod adaptive;
 mod deletes;
 mod events;
 mod failures;
+mod handover;
 mod inbox;
+mod refusals;
 mod retention;
 mod shared;
 mod supervise;
@@ -50,9 +52,7 @@ use crate::clock::Clock;
 use crate::config::Tuning;
 use crate::deleter::{Outcome, PodDeleter};
 use crate::election::{ElectionHandle, Leadership, Status};
-use crate::metrics::{
-    ScopeMetrics, UNHEALTHY_CANNOT_DELETE, UNHEALTHY_LEADERLESS, UNHEALTHY_THROTTLED,
-};
+use crate::metrics::{ScopeMetrics, UNHEALTHY_LEADERLESS, UNHEALTHY_THROTTLED};
 use crate::model::{CleanupKind, Observation};
 use crate::pause::PauseKind;
 use crate::schedule;
@@ -217,10 +217,21 @@ struct Sweeper {
     warn_bound: retention::WarnBound,
     /// The bound on Kubernetes Events (`None`: Events are off).
     event_bucket: Option<Bucket>,
+    /// The causes of failed Events already warned about.
+    events_warned: events::Warned,
     /// DELETEs in flight allowed, from the API server's answers.
     pace: adaptive::Pace,
     /// What the task shares with the scope's other servers through the HA backend.
     shared: shared::Shared,
+    /// Refused DELETEs: the refusal episode and the access reviews (`refusals`).
+    refusals: refusals::Refusals,
+    /// Barriers (`Listed`, `Unwatched`) taken from the inbox: the epoch of the pods' entries
+    /// that wait in the inbox after the last of them ([`PodQueue::take_current`]).
+    barriers: u64,
+    /// A dispatch is under way (an entry it applies may ask for another: that one waits).
+    dispatching: bool,
+    /// Whether a leader that cannot delete hands over (`handover`).
+    handover: handover::Handover,
 }
 
 impl Sweeper {
@@ -279,6 +290,12 @@ impl Sweeper {
                     self.poke_at = None;
                     self.dispatch();
                 }
+                Some(done) = self.refusals.reviews.join_next(), if !self.refusals.reviews.is_empty() => {
+                    self.on_review(done);
+                }
+                Some(done) = self.handover.calls.join_next(), if !self.handover.calls.is_empty() => {
+                    self.on_handover(done);
+                }
                 _ = sleep_until_some(self.failures.next_at()) => {
                     self.failures.summarise(&self.scope, &self.cfg.tuning);
                 }
@@ -324,25 +341,40 @@ impl Sweeper {
             Command::Watched(obs) => self.on_observe(&obs, true),
             Command::Pod(key) => {
                 if let Some(e) = self.pods.take(&key) {
-                    let from_watch = !e.from_informer;
-                    if let Some(running) = &e.running {
-                        self.on_observe(running, from_watch);
-                    }
-                    if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
-                        self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
-                    }
-                    if let Some(last) = &e.last {
-                        self.on_observe(last, from_watch);
-                    }
+                    self.apply_entry(e);
                 }
             }
-            Command::Listed(uids) => self.on_listed(&uids),
-            Command::Unwatched => self.on_unwatched(),
-            Command::ScopeUnwatched => self.on_scope_unwatched(),
+            Command::Listed(uids) => {
+                self.barriers += 1;
+                self.on_listed(&uids)
+            }
+            Command::Unwatched => {
+                self.barriers += 1;
+                self.on_unwatched()
+            }
+            Command::ScopeUnwatched => {
+                self.barriers += 1;
+                self.on_scope_unwatched()
+            }
             Command::DueNow(obs, why) => self.on_due_now(&obs, &why),
             Command::Shutdown => return true,
         }
         false
+    }
+
+    /// Applies the coalesced events of one pod, in order.
+    fn apply_entry(&mut self, e: inbox::Entry) {
+        // Only the scope watch told of it: the tracker marks it so (watch-only records).
+        let from_watch = !e.from_informer;
+        if let Some(running) = &e.running {
+            self.on_observe(running, from_watch);
+        }
+        if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
+            self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
+        }
+        if let Some(last) = &e.last {
+            self.on_observe(last, from_watch);
+        }
     }
 
     async fn build_deleter(&mut self) {
@@ -624,6 +656,10 @@ impl Sweeper {
         }
         match st.leadership {
             Leadership::Leading => {
+                // Every term starts from one DELETE in flight: the last one may have ended in
+                // refusals (`refusals`), which the scope's refused record may tell (`handover`).
+                self.slow_start();
+                self.read_refused_record();
                 info!(
                     scope = %self.scope,
                     "Leading cleanup of scope {} ({}): {} pods tracked, {} already due",
@@ -718,53 +754,6 @@ impl Sweeper {
         self.check_stall(Instant::now());
     }
 
-    /// Steps down when this leader has completed no DELETE for `step_down_after` while DELETEs
-    /// were due (and not held back by a server's `Retry-After`).
-    fn check_stall(&mut self, now: Instant) {
-        let overdue = self.tracker.len() - self.tracker.count(Stage::Scheduled);
-        if overdue == 0 || self.gate.closed_until(now).is_some() {
-            self.work_since = None;
-            return;
-        }
-        let work_since = *self.work_since.get_or_insert(now);
-        let Some(leading_since) = self.leading_since else {
-            return;
-        };
-        let stalled_since = work_since.max(leading_since).max(self.last_progress);
-        let window = self.cfg.step_down_after;
-        if now.duration_since(stalled_since) < window {
-            return;
-        }
-        let why = match (&self.deleter_error, &self.last_failure) {
-            (Some(e), _) => format!("the Kubernetes client cannot be built: {e}"),
-            (None, Some(f)) => format!("last answer: {f}"),
-            (None, None) => "no answer yet".to_owned(),
-        };
-        let reason = format!(
-            "this server completed no DELETE for {window:?} while {overdue} pod(s) were due ({why})"
-        );
-        self.metrics.set_unhealthy(UNHEALTHY_CANNOT_DELETE, &reason);
-        // One report per window, whatever happens next.
-        self.last_progress = now;
-        if self.election.step_down(window, &reason) {
-            self.metrics
-                .pauses
-                .open_expiring(PauseKind::StepDownHold, now + window, &reason);
-            error!(
-                scope = %self.scope,
-                "Stepping down as cleanup leader of scope {}: {reason}. Another server may take \
-                 over; this one stays out of the election for {window:?}",
-                self.scope
-            );
-        } else {
-            error!(
-                scope = %self.scope,
-                "Cleanup of scope {} is stuck: {reason}; there is no other server to hand over to",
-                self.scope
-            );
-        }
-    }
-
     /// Schedules the idle check while nothing is tracked, cancels it otherwise.
     fn update_idle(&mut self) {
         let candidate = self.tracker.is_empty()
@@ -846,22 +835,38 @@ impl Sweeper {
     /// The backoff pause: this server leads, DELETEs failed and every one still due waits for
     /// its retry (none due now, none in flight, no Retry-After pause); it ends at the next timer.
     fn update_backoff_pause(&mut self) {
-        let held = self.last_leadership == Leadership::Leading
-            && self.tracker.count(Stage::Backoff) > 0
-            && self.tracker.count(Stage::Due) == 0
+        let now = Instant::now();
+        let open = self.last_leadership == Leadership::Leading
             && self.inflight.is_empty()
-            && self.gate.closed_until(Instant::now()).is_none();
-        if held {
-            let until = self.tracker.next_timer();
+            && self.gate.closed_until(now).is_none();
+        // A refusal episode: the due pods wait for the next probe.
+        let probing = self
+            .refusals
+            .holding()
+            .filter(|(next, _)| *next > now && self.tracker.count(Stage::Due) > 0);
+        let retrying =
+            self.tracker.count(Stage::Backoff) > 0 && self.tracker.count(Stage::Due) == 0;
+        if open && (probing.is_some() || retrying) {
+            let until = match probing {
+                Some((next, _)) => Some(next),
+                None => self.tracker.next_timer(),
+            };
             if self.backoff_until == Some(until) {
                 return;
             }
             self.backoff_until = Some(until);
-            let detail = format!(
-                "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
-                self.tracker.count(Stage::Backoff),
-                self.last_retry
-            );
+            let detail = match probing {
+                Some((_, last)) => format!(
+                    "DELETEs are refused: one DELETE probes at the end, {} pod(s) wait; last \
+                     answer: {last}",
+                    self.tracker.count(Stage::Due) + self.tracker.count(Stage::Backoff)
+                ),
+                None => format!(
+                    "{} pod(s) wait for their retry after failed DELETEs; last answer: {}",
+                    self.tracker.count(Stage::Backoff),
+                    self.last_retry
+                ),
+            };
             self.metrics.pauses.open(PauseKind::Backoff, until, &detail);
         } else if self.backoff_until.take().is_some() {
             self.metrics.pauses.close(PauseKind::Backoff);

@@ -10,6 +10,7 @@
 //! * The cap holds whatever the annotations say: past `maxTerminatedPods` pods waiting in a
 //!   scope, the oldest (by termination time) are due at once, with the same DELETE (UID
 //!   precondition), limiter and outcome classes as any other.
+//! * A retain period longer than the maximum (365 days and more too) counts as the maximum.
 //! * An annotation that does not parse counts as absent (the operator's period), with one WARN
 //!   per pod; at most [`WARN_BURST`] such WARNs per scope, then one per [`WARN_EVERY`] with the
 //!   count of the pods left out. Never an error, never a stuck scope.
@@ -20,10 +21,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, error, info, warn};
 
 use super::{Sweeper, Uid};
-use crate::config::parse_time;
+use crate::config::{parse_duration, MAX_TIME};
 use crate::metrics::ScopeMetrics;
 use crate::model::{Observation, KEEP_ANNOTATION, RETAIN_ANNOTATION};
 use crate::tracker::{Policy, Record, Stage};
@@ -116,8 +117,10 @@ impl Sweeper {
         };
         let retain = match a.retain_period.as_deref() {
             None => None,
-            Some(v) => match parse_time(RETAIN_ANNOTATION, v) {
-                Ok(d) if !d.is_zero() => Some(d),
+            // Longer than any time key may be (365 days) still reads: it asks for the most
+            // there is, `annotations.maxRetainPeriod` (`retain_of` bounds it).
+            Some(v) => match parse_duration(v) {
+                Some(d) if !d.is_zero() => Some(d.min(MAX_TIME)),
                 _ => {
                     bad = Some((RETAIN_ANNOTATION, v));
                     None
@@ -131,7 +134,7 @@ impl Sweeper {
                 warn!(
                     scope = %self.scope, pod = %obs.pod_name, uid = %uid,
                     "Pod {} has annotation {name}={value:?}, which podsweep cannot read \
-                     (expected {}); the scope's retain period applies to it{}",
+                     (expected {}); it counts as absent{}",
                     obs.pod_name,
                     if name == KEEP_ANNOTATION { "true or false" } else { "milliseconds or an ISO-8601 duration such as PT6H" },
                     if skipped > 0 { format!(" ({skipped} more pods with unreadable annotations were not logged)") } else { String::new() }
@@ -184,39 +187,86 @@ impl Sweeper {
         }
     }
 
-    /// Arms a record again from its own deadline (its retain period changed).
+    /// Arms a record again from its own deadline (its retain period changed). A record already
+    /// due, waiting for a retry or in flight whose new period keeps it, or ends later than now,
+    /// goes back to waiting (an annotation added late saves the pod): its DELETE in flight is
+    /// cancelled (if it has not reached the API server yet, the pod stays). Kyuubi's at-once
+    /// deletes and the cap's are kept.
     pub(super) fn rearm(&mut self, uid: Uid, now_wall: SystemTime) {
         let Some(rec) = self.tracker.get(&uid) else {
             return;
         };
-        if rec.stage() != Stage::Scheduled {
-            return;
+        let left = self.time_left(rec, now_wall);
+        let stage = rec.stage();
+        if stage != Stage::Scheduled {
+            let saved = !rec.immediate() && !rec.capped() && left.is_none_or(|l| !l.is_zero());
+            if !saved {
+                return;
+            }
+            let name = rec.name();
+            if let Some(abort) = self.inflight_abort.remove(&uid) {
+                abort.abort();
+            }
+            self.tracker.disarm(&uid);
+            self.tracker.set_stage(&uid, Stage::Scheduled);
+            self.failures.forget(&uid);
+            info!(
+                scope = %self.scope, pod = %name, uid = %uid,
+                "Pod {name}'s annotations now ask for it to be kept longer: it was {} and waits \
+                 again{}",
+                match stage {
+                    Stage::Due => "due",
+                    Stage::Backoff => "waiting for a retry",
+                    _ => "being deleted",
+                },
+                if stage == Stage::Deleting {
+                    " (its DELETE is cancelled unless it already reached the API server)"
+                } else {
+                    ""
+                }
+            );
         }
-        match self.time_left(rec, now_wall) {
+        match left {
             Some(left) => self.schedule(uid, left, now_wall),
             None => self.tracker.disarm(&uid),
+        }
+        if stage != Stage::Scheduled {
+            self.enforce_cap(now_wall);
         }
     }
 
     /// Past the cap, the oldest waiting pods are due now (on every server: only the leader
-    /// sends their DELETEs).
+    /// sends their DELETEs). At most one pod per waiting record is taken, whatever the
+    /// bookkeeping says; drift found on the way is reported once.
     pub(super) fn enforce_cap(&mut self, now_wall: SystemTime) {
         let cap = self.cfg.retention.max_terminated;
         if cap == 0 {
             return;
         }
+        let drift = self.tracker.cap_drift();
         let mut any = false;
-        while let Some(uid) = self.tracker.over_cap(cap) {
+        for _ in 0..self.tracker.count(Stage::Scheduled) {
+            let Some(uid) = self.tracker.over_cap(cap) else {
+                break;
+            };
             self.tracker.disarm(&uid);
-            self.tracker.mark_capped(&uid);
             // Overdue since now: the lag figures measure the limiter, not the retain period.
-            if self.tracker.set_due(&uid, now_wall) {
-                ScopeMetrics::inc(&self.metrics.capped);
-                self.due.push_back(uid);
-                any = true;
-            } else {
+            if !self.tracker.set_due(&uid, now_wall) {
                 break;
             }
+            self.tracker.mark_capped(&uid);
+            ScopeMetrics::inc(&self.metrics.capped);
+            self.due.push_back(uid);
+            any = true;
+        }
+        let found = self.tracker.cap_drift() - drift;
+        if found > 0 {
+            error!(
+                scope = %self.scope,
+                "The cap's bookkeeping of scope {} was off: {found} stale entries were dropped \
+                 ({} in all); no pod was taken for them. This is a podsweep bug: please report it",
+                self.scope, self.tracker.cap_drift()
+            );
         }
         if any {
             self.dispatch();

@@ -130,6 +130,11 @@ pub(super) fn new_sweeper(
         event_bucket: super::events::bucket(cfg_events),
         pace: super::adaptive::Pace::new(cfg_adaptive, cfg_ceiling),
         shared: Default::default(),
+        refusals: Default::default(),
+        handover: Default::default(),
+        barriers: 0,
+        dispatching: false,
+        events_warned: Default::default(),
     }
 }
 

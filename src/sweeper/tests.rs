@@ -343,3 +343,50 @@ async fn the_oldest_overdue_age_goes_back_to_zero_once_the_last_pod_is_deleted()
     h.tx.send(Command::Shutdown).unwrap();
     let _ = h.task.await;
 }
+
+/// Issue 32: a pod the cap made due, no longer over the cap when the scope's task restarts (a
+/// younger pod went meanwhile), waits for its own deadline again and is not logged or evented
+/// as "over the cap" when it goes.
+#[tokio::test(start_paused = true)]
+async fn after_a_restart_a_pod_back_under_the_cap_is_not_capped() {
+    let backend: Arc<dyn Backend> = Arc::new(Manual::default());
+    let scope = Scope::new(None, Some("capped"));
+    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
+    let mut cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(3600));
+    cfg.retention.max_terminated = 2;
+    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
+    let mut sw = new_sweeper(
+        scope,
+        cfg,
+        Clock::System,
+        election,
+        source,
+        Box::new(|_| true),
+        Arc::default(),
+    );
+    let pod = |uid: &str, ago: u64, kind: EventKind| Observation {
+        kind,
+        tag: format!("t-{uid}"),
+        pod_name: format!("driver-{uid}"),
+        pod_uid: uid.into(),
+        state: AppState::Finished,
+        has_app_selector: true,
+        terminated_at: Some(SystemTime::now() - Duration::from_secs(ago)),
+        deletion_requested: kind == EventKind::Delete,
+        annotations: None,
+    };
+    for (uid, ago) in [("a", 30), ("b", 20), ("c", 10)] {
+        sw.on_observe(&pod(uid, ago, EventKind::Update), false);
+    }
+    let a = Uid::new("a");
+    assert!(
+        sw.tracker.get(&a).unwrap().capped(),
+        "over the cap: the oldest"
+    );
+    sw.on_observe(&pod("c", 10, EventKind::Delete), false);
+    sw.recover();
+    let rec = sw.tracker.get(&a).unwrap();
+    assert_eq!(rec.stage(), Stage::Scheduled, "two left: it waits again");
+    assert!(!rec.capped(), "and is no longer marked as taken by the cap");
+    assert!(sw.why(rec).contains("retain period"), "{}", sw.why(rec));
+}

@@ -332,6 +332,8 @@ pub struct Tracker {
     /// With a cap ([`Tracker::enable_cap`]): the `Scheduled` records by age, oldest first:
     /// (age key wall ms, slot).
     by_age: Option<BTreeSet<(u64, u32)>>,
+    /// Stale entries of `by_age` dropped by [`Tracker::over_cap`].
+    cap_drift: u64,
 }
 
 impl Tracker {
@@ -354,6 +356,7 @@ impl Tracker {
             tombstone_order: VecDeque::new(),
             tombstone_ttl,
             by_age: None,
+            cap_drift: 0,
         }
     }
 

@@ -480,16 +480,16 @@ fn the_flags_byte_keeps_the_stage_and_both_marks_apart() {
     assert_eq!(flags(&t), (Stage::Scheduled, false, false));
     t.mark_capped(&a);
     assert_eq!(flags(&t), (Stage::Scheduled, false, true));
-    for stage in [
-        Stage::Due,
-        Stage::Deleting,
-        Stage::Backoff,
-        Stage::Scheduled,
-    ] {
+    for stage in [Stage::Due, Stage::Deleting, Stage::Backoff] {
         assert!(t.set_stage(&a, stage));
         assert_eq!(flags(&t), (stage, false, true));
         assert_eq!(t.count(stage), 1);
     }
+    // Back to waiting, the cap's mark goes (issue 32): the cap marks it again if it still holds.
+    assert!(t.set_stage(&a, Stage::Scheduled));
+    assert_eq!(flags(&t), (Stage::Scheduled, false, false));
+    assert_eq!(t.count(Stage::Scheduled), 1);
+    t.mark_capped(&a);
     assert_eq!(
         t.due_now(&a, &o, SystemTime::UNIX_EPOCH, now),
         Verdict::DueNow
@@ -570,4 +570,47 @@ fn only_what_the_scope_watch_alone_told_is_dropped() {
     assert_eq!(t.due_now(&u("w-canceled"), &o, at, now), Verdict::DueNow);
     assert_eq!(t.watch_only_count(), 0);
     assert!(t.drop_watch_only().is_empty());
+}
+
+/// Issue 32: the cap's age index out of step with the records (an entry left for a record that
+/// is due, or for a slot now reused by a younger pod) never names a pod it does not stand for:
+/// the stale entries are dropped and counted, and the oldest waiting pod is named.
+#[test]
+fn the_cap_never_names_a_pod_for_a_stale_entry() {
+    let now = Instant::now();
+    let mut t = Tracker::new(Duration::from_secs(600));
+    t.enable_cap();
+    let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s);
+    for (uid, ended) in [("old", 10), ("mid", 20), ("new", 30)] {
+        let mut o = obs(EventKind::Update, uid, AppState::Finished);
+        o.terminated_at = Some(at(ended));
+        assert_eq!(run(&mut t, &o, CleanupKind::All, now), Verdict::Arm);
+    }
+    // "old" is due; an entry for it is left behind, older than any (drift), and one for the
+    // slot of "new" under an age that is not its own.
+    assert!(t.set_due(&u("old"), at(10)));
+    let old_slot = t.slot(&u("old")).unwrap();
+    let new_slot = t.slot(&u("new")).unwrap();
+    let by_age = t.by_age.as_mut().unwrap();
+    by_age.insert((1, old_slot));
+    by_age.insert((2, new_slot));
+    assert_eq!(t.over_cap(1), Some(u("mid")), "the oldest waiting pod");
+    assert_eq!(t.cap_drift(), 2);
+    assert_eq!(t.over_cap(2), None, "two wait: not over a cap of two");
+}
+
+/// Issue 32: a pod the cap made due and that waits for its retain period again (the scope's task
+/// was restarted, its annotations changed) is no longer marked as taken by the cap.
+#[test]
+fn back_to_waiting_a_pod_is_no_longer_capped() {
+    let now = Instant::now();
+    let mut t = Tracker::new(Duration::from_secs(600));
+    t.enable_cap();
+    let o = obs(EventKind::Update, "p", AppState::Finished);
+    assert_eq!(run(&mut t, &o, CleanupKind::All, now), Verdict::Arm);
+    assert!(t.set_due(&u("p"), SystemTime::UNIX_EPOCH));
+    t.mark_capped(&u("p"));
+    assert!(t.get(&u("p")).unwrap().capped());
+    assert!(t.set_stage(&u("p"), Stage::Scheduled));
+    assert!(!t.get(&u("p")).unwrap().capped());
 }

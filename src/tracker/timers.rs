@@ -54,6 +54,9 @@ impl Tracker {
         }
         rec.set_stage_bits(stage);
         if stage == Stage::Scheduled {
+            // Waiting for its retain period again: whatever made it due before (the cap) no
+            // longer does; the cap marks it again if it still holds.
+            rec.flags &= !CAPPED;
             if !rec.overdue_since.is_none() {
                 self.overdue.remove(&(rec.overdue_since.get(), slot));
                 rec.overdue_since = Ms::NONE;
@@ -82,14 +85,32 @@ impl Tracker {
     }
 
     /// The oldest pod waiting for its retain period while more than `cap` do (needs
-    /// [`Tracker::enable_cap`]); moving it out of `Scheduled` takes it off the count.
-    pub fn over_cap(&self, cap: usize) -> Option<Uid> {
-        let by_age = self.by_age.as_ref()?;
-        if by_age.len() <= cap {
-            return None;
+    /// [`Tracker::enable_cap`]); moving it out of `Scheduled` takes it off the count. An entry of
+    /// the age index that no longer stands for a waiting record (bookkeeping drift: its record
+    /// gone, its slot reused, its stage or age changed) is never named: it is dropped and
+    /// counted ([`Tracker::cap_drift`]), so each call ends within the index's size.
+    pub fn over_cap(&mut self, cap: usize) -> Option<Uid> {
+        loop {
+            let by_age = self.by_age.as_mut()?;
+            if by_age.len() <= cap {
+                return None;
+            }
+            let (age, slot) = *by_age.first()?;
+            match self.records.get(slot as usize) {
+                Some(r) if r.stage() == Stage::Scheduled && r.age_key() == age => {
+                    return Some(r.uid.clone())
+                }
+                _ => {
+                    by_age.remove(&(age, slot));
+                    self.cap_drift += 1;
+                }
+            }
         }
-        let (_, slot) = by_age.first()?;
-        self.records.get(*slot as usize).map(|r| r.uid.clone())
+    }
+
+    /// Stale entries [`Tracker::over_cap`] found in the age index and dropped, ever.
+    pub fn cap_drift(&self) -> u64 {
+        self.cap_drift
     }
 
     /// Notes that the cap made a record due.

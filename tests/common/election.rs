@@ -648,6 +648,14 @@ pub async fn store_records_are_shared_and_their_changes_watched<S: ElectionServe
     wait_state(&ha, Leadership::Leading, Duration::from_secs(15)).await;
     let hb = ElectionHandle::start(&two, scope.clone(), "server-b".into());
     wait_candidates(&server, &scope, 2).await;
+    // Whom a step-down could hand the scope to: every candidate, read on either's session.
+    for store in [&a, &b] {
+        let mut who = store.participants(&scope).await.expect("participants");
+        who.sort();
+        assert_eq!(who, ["server-a", "server-b"]);
+    }
+    let other = Scope::new(Some("cluster:ab12"), Some("other"));
+    assert_eq!(a.participants(&other).await, Ok(vec![]));
 
     let (listed, changed) = b.watch(&scope, Shelf::Requests).await.expect("watch");
     assert!(listed.is_empty(), "{listed:?}");

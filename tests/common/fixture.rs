@@ -155,12 +155,24 @@ impl Fixture {
         self.status()["outcomes"][class.as_str()].as_u64().unwrap()
     }
 
-    /// The next DELETE within `within` of paused time, or None.
+    /// The next DELETE within `within` of paused time, or None. An access review the leader
+    /// asks for meanwhile (after refused DELETEs) is answered "denied".
     pub async fn next_delete(
         &mut self,
         within: Duration,
     ) -> Option<(String, serde_json::Value, SendResponse<Response<Body>>)> {
-        let (req, send) = timeout(within, self.mock.next_request()).await.ok()??;
+        let until = Instant::now() + within;
+        let (req, send) = loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let (req, send) = timeout(left, self.mock.next_request()).await.ok()??;
+            if req.method() == http::Method::POST
+                && req.uri().path().ends_with("/selfsubjectaccessreviews")
+            {
+                send.send_response(access_reply(false));
+                continue;
+            }
+            break (req, send);
+        };
         assert_eq!(req.method(), http::Method::DELETE);
         let path = req.uri().path().to_owned();
         let body = req.into_body().collect().await.unwrap().to_bytes();
@@ -186,6 +198,20 @@ pub fn status_reply(code: u16, reason: &str, retry_after: Option<&str>) -> Respo
         b = b.header("retry-after", ra);
     }
     b.body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap()
+}
+
+/// The API server's answer to a `SelfSubjectAccessReview`.
+pub fn access_reply(allowed: bool) -> Response<Body> {
+    let body = serde_json::json!({
+        "kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {}, "spec": {},
+        "status": {"allowed": allowed, "reason": if allowed { "" } else { "mock denies" }}
+    });
+    Response::builder()
+        .status(201)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(&body).unwrap()))
         .unwrap()
 }
 

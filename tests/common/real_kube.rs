@@ -219,6 +219,100 @@ impl RealKube {
         tr.status.and_then(|s| s.token).expect("token")
     }
 
+    /// ServiceAccounts `names` for servers whose only grant on the pods of `ns` is the Role
+    /// `role` there (pods: get, list, watch, delete; events: create, patch), bound by a
+    /// RoleBinding each, with a token each. The Role's `delete` can be taken away and given back
+    /// ([`RealKube::set_pod_delete`]): the emergency stop of docs/rollout.md.
+    pub async fn role_tokens(&self, ns: &str, role: &str, names: &[String]) -> Vec<String> {
+        use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+        self.namespace(SERVERS_NS).await;
+        let admin = self.admin().await;
+        let roles: Api<Role> = Api::namespaced(admin.clone(), ns);
+        let _ = roles
+            .create(&PostParams::default(), &role_of(role, true))
+            .await;
+        let mut tokens = Vec::new();
+        for name in names {
+            let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SERVERS_NS);
+            let sa: ServiceAccount =
+                serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+            let _ = sas.create(&PostParams::default(), &sa).await;
+            let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), ns);
+            let b: RoleBinding = serde_json::from_value(json!({
+                "metadata": {"name": format!("{role}-{name}")},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": SERVERS_NS}]
+            }))
+            .unwrap();
+            let _ = bindings.create(&PostParams::default(), &b).await;
+            let req = TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences: Some(vec![]),
+                    expiration_seconds: Some(24 * 3600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let tr = sas
+                .create_token_request(name, &PostParams::default(), &req)
+                .await
+                .expect("token request");
+            tokens.push(tr.status.and_then(|s| s.token).expect("token"));
+        }
+        tokens
+    }
+
+    /// Takes `delete` out of the Role `role` of `ns` (or puts it back), as an operator's
+    /// emergency stop does, then waits until the API server's authorizer says so for the
+    /// account of `token` (RBAC changes reach it through an informer).
+    pub async fn set_pod_delete(&self, ns: &str, role: &str, delete: bool, token: &str) {
+        use k8s_openapi::api::rbac::v1::Role;
+        let roles: Api<Role> = Api::namespaced(self.admin().await, ns);
+        let mut r = roles.get(role).await.expect("role");
+        r.rules = role_of(role, delete).rules;
+        roles
+            .replace(role, &PostParams::default(), &r)
+            .await
+            .expect("replace role");
+        let client = self.client(token).await;
+        let mut waited = 0;
+        while self.may_delete(&client, ns).await != delete {
+            waited += 1;
+            assert!(waited < 300, "RBAC did not change within 30 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// What the authorizer says of `delete pods` in `ns` for the client's account.
+    pub async fn may_delete(&self, client: &kube::Client, ns: &str) -> bool {
+        use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+        let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+        let review: SelfSubjectAccessReview = serde_json::from_value(json!({
+            "spec": {"resourceAttributes": {"namespace": ns, "verb": "delete", "resource": "pods"}}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &review)
+            .await
+            .ok()
+            .and_then(|r| r.status)
+            .is_some_and(|s| s.allowed)
+    }
+
+    /// Every request on pods (and their status) in `ns` in the audit log so far, by anyone.
+    pub fn pod_requests(&self, ns: &str) -> Vec<AuditRequest> {
+        let text = std::fs::read_to_string(&self.audit).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["stage"] == "ResponseComplete" && v["objectRef"]["namespace"] == ns)
+            .map(|v| AuditRequest {
+                user: v["user"]["username"].as_str().unwrap_or("").to_owned(),
+                verb: v["verb"].as_str().unwrap_or("").to_owned(),
+                code: v["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+                at: audit_time(&v),
+            })
+            .collect()
+    }
+
     /// The audit log's username of a server's ServiceAccount.
     pub fn user_of(name: &str) -> String {
         format!("system:serviceaccount:{SERVERS_NS}:{name}")
@@ -344,6 +438,40 @@ impl RealKube {
             .filter(|d| d.namespace == ns)
             .collect()
     }
+}
+
+/// One request on pods, from the audit log.
+#[derive(Clone, Debug)]
+pub struct AuditRequest {
+    pub user: String,
+    pub verb: String,
+    pub code: u16,
+    pub at: SystemTime,
+}
+
+fn audit_time(v: &serde_json::Value) -> SystemTime {
+    v["requestReceivedTimestamp"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .map_or(SystemTime::UNIX_EPOCH, |t| {
+            SystemTime::UNIX_EPOCH + Duration::from_micros(t.as_microsecond().max(0) as u64)
+        })
+}
+
+/// A namespaced Role for podsweep's servers, with or without `delete` on pods.
+fn role_of(name: &str, delete: bool) -> k8s_openapi::api::rbac::v1::Role {
+    let mut verbs = vec!["get", "list", "watch"];
+    if delete {
+        verbs.push("delete");
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": verbs},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+        ]
+    }))
+    .unwrap()
 }
 
 /// Waits until `f` holds, up to `within`; false if it never did.

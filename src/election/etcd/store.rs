@@ -125,6 +125,20 @@ impl ScopeStore for EtcdStore {
                 .map_err(|e| format!("delete {path}: {}", describe(&e)))
         }))
     }
+
+    fn participants(&self, key: &Scope) -> BoxFuture<'static, Result<Vec<String>, String>> {
+        let client = self.client();
+        let prefix = format!("{}/{}/", self.settings.root(), key.encoded());
+        Box::pin(bounded(prefix.clone(), async move {
+            let mut kv = client?.kv_client();
+            // An election key's value is its server's id.
+            let (keys, _) = range(&mut kv, &prefix).await?;
+            Ok(keys
+                .into_iter()
+                .map(|k| String::from_utf8_lossy(&k.value).into_owned())
+                .collect())
+        }))
+    }
 }
 
 /// The records under `prefix` and the revision they were read at.

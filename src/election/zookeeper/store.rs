@@ -135,6 +135,25 @@ impl ScopeStore for ZkStore {
             }
         }))
     }
+
+    fn participants(&self, key: &Scope) -> BoxFuture<'static, Result<Vec<String>, String>> {
+        let client = self.client();
+        let dir = format!("{}/{}", self.settings.root(), key.encoded());
+        Box::pin(bounded(dir.clone(), async move {
+            let client = client?;
+            let children = match client.list_children(&dir).await {
+                Ok(c) => c,
+                Err(ZkError::NoNode) => Vec::new(),
+                Err(e) => return Err(format!("list {dir}: {e}")),
+            };
+            // A latch node's data is its server's id.
+            let nodes = read_all(&client, &dir, children).await?;
+            Ok(nodes
+                .into_iter()
+                .map(|n| String::from_utf8_lossy(&n.value).into_owned())
+                .collect())
+        }))
+    }
 }
 
 /// The records named `children` under `dir`; one deleted meanwhile is left out.

@@ -29,6 +29,11 @@ import org.podsweep.ScopeStatus;
  *   <li>{@code tracked}, {@code scheduled}, {@code due}, {@code inflight}, {@code retries},
  *       {@code cancelled}, {@code oldest_overdue_ms}, {@code restarts} (of the scope's tasks after a
  *       failure);
+ *   <li>retention: {@code capped} (pods deleted before their retain period because the scope was
+ *       over its cap), {@code kept} (pods kept by {@code podsweep.org/keep} now), {@code
+ *       annotations_malformed} (pods whose annotations could not be read);
+ *   <li>Kubernetes Events ({@code events.enabled}): {@code events.sent}, {@code events.failed} (the
+ *       API server refused them), {@code events.dropped} (left out by {@code events.qps});
  *   <li>{@code deletes.sent} and one {@code deletes.<outcome>} per outcome class: {@code accepted},
  *       {@code already_absent}, {@code replaced}, {@code forbidden}, {@code throttled},
  *       {@code server_error}, {@code transport}, {@code other};
@@ -118,6 +123,12 @@ public final class PodsweepMetricSet implements MetricSet {
     m.put("restarts", "restarts");
     m.put("queued", "queued");
     m.put("queued_max", "queued_max");
+    m.put("capped", "capped");
+    m.put("kept", "kept");
+    m.put("annotations_malformed", "annotations_malformed");
+    m.put("events.sent", "events_sent");
+    m.put("events.failed", "events_failed");
+    m.put("events.dropped", "events_dropped");
     COUNTS = Collections.unmodifiableMap(m);
   }
 

@@ -16,7 +16,8 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
   private val perScope = Seq("leader", "leadership_transitions", "leaderless_ms", "tracked", "scheduled", "due",
     "inflight", "retries", "cancelled", "oldest_overdue_ms", "deletes.sent", "healthy", "lag.count",
     "lag.p50_seconds", "lag.p99_seconds", "lag.max_seconds", "paused", "pause_ms", "paused_until_ms", "restarts",
-    "queued", "queued_max") ++
+    "queued", "queued_max", "capped", "kept", "annotations_malformed", "events.sent", "events.failed",
+    "events.dropped") ++
     PodsweepMetricSet.OUTCOMES.asScala.map("deletes." + _) ++ PodsweepMetricSet.PAUSES.asScala.map(r => s"pause.${r}_ms")
 
   private def value(r: MetricRegistry, name: String): Any = {
@@ -52,6 +53,9 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
       assert(value(registry, s"$base.due") == 0L && value(registry, s"$base.inflight") == 0L)
       assert(value(registry, s"$base.deletes.accepted") == 0L && value(registry, s"$base.deletes.sent") == 0L)
       assert(value(registry, s"$base.lag.count") == 0L)
+      // Issue 32: the retention and Events counters of the status are gauges too.
+      Seq("capped", "kept", "annotations_malformed", "events.sent", "events.failed", "events.dropped")
+        .foreach(n => assert(value(registry, s"$base.$n") == 0L, n))
       assert(value(registry, s"$base.lag.p50_seconds").asInstanceOf[Double].isNaN) // no DELETE yet
       assert(value(registry, s"$base.lag.max_seconds") == 0.0)
       assert(value(registry, "kyuubi.kubernetes.cleanup.log_records_dropped").asInstanceOf[Long] >= 0)
