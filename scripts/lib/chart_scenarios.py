@@ -61,6 +61,11 @@ def rollout(page: Page):
         t.check("participants  2" in out and "leads  podsweep-" in out and "waits  podsweep-" in out,
                 "helm test: `podsweep check` passed and `podsweep status` shows one leader and 2 participants", out)
 
+    def status_pod(p, code, out, err):
+        t.check("participants  2" in out, "the in-cluster `podsweep status` pod (patch and drop-in users) prints the "
+                "table: 2 participants", out)
+        f["status_pod"] = out
+
     def go_no_go(p, code, out, err):
         names = s["names"]
         dry = deletes(kube, KYUUBI_NS, names, dry=True)
@@ -133,6 +138,7 @@ def rollout(page: Page):
         "rollout-kyuubi-cleaner-off": (None, cleaner_off),
         "rollout-dry-run": (None, dry_run),
         "rollout-verify": (None, verify),
+        "rollout-status-pod": (None, status_pod),
         "rollout-go-no-go": (None, go_no_go),
         "rollout-on": (None, on),
         "rollout-stop": (None, stop),
@@ -213,6 +219,9 @@ def chart_readme(page: Page):
         running(p, 2)
         one_leader(p, KYUUBI_NS)
         t.ok("the daemons rolled onto the Secret's file and elect again")
+        ann = deployment(p)["spec"]["template"]["metadata"].get("annotations") or {}
+        t.check("checksum/kyuubi-conf" in ann, "helm upgrade looked the Secret up: its checksum is on the pod template, "
+                "so the next upgrade after a change of the file rolls the daemons", str(ann))
 
     def single(p, *_):
         d = deployment(p)
