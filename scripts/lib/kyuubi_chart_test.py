@@ -63,7 +63,7 @@ def kyuubi_chart(tarball, tools, into):
         return os.path.join(into, "apache-kyuubi-1.12.0", "charts", "kyuubi")
     cached = os.path.join(tools, "kyuubi-1.12.0", "src", "charts", "kyuubi")
     if os.path.isdir(cached):
-        out = os.path.join(into, "kyuubi")
+        out = os.path.join(into, "apache-kyuubi-1.12.0", "charts", "kyuubi")
         shutil.copytree(cached, out)
         return out
     raise KubeError(f"Kyuubi 1.12.0's chart: neither {tarball} (KYUUBI_SRC_TARBALL) nor {cached} "
