@@ -1,11 +1,8 @@
 """charts/podsweep rendered and refused: what `helm template` must make of the values an operator
 gives, and what it must refuse, saying why (scripts/chart test, step 1)."""
 
-import json
 import os
 import re
-import subprocess
-import tempfile
 
 import yaml
 

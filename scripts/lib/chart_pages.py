@@ -16,7 +16,7 @@ import urllib.request
 import yaml
 
 from doc_blocks import blocks, run
-from kubeapi import Kube, helm, load_all, wait
+from kubeapi import Kube, helm, load_all
 from kubelet import Kubelet
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))

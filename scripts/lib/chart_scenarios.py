@@ -3,9 +3,8 @@ the blocks): the state each block should leave, from the API server, its audit l
 daemons' own endpoints."""
 
 import os
-import subprocess
-
-import yaml
+import re
+import time
 
 from chart_pages import (KYUUBI_NS, P, SPARK, Page, deletes, exists, http, kyuubi_default_args, make_pods,
                          secret_text, sts_container)
@@ -112,10 +111,10 @@ def rollout(page: Page):
                 f"{forbidden[:1]}; no daemon restarted ({len(s['pods_on'])} pods, the same)", f"{f['emergency_stop']}")
 
     def resume(p, *_):
-        t0 = __import__("time").time()
+        t0 = time.time()
         wait("the held pods deleted once delete is granted again", 90,
              lambda: not any(exists(kube, KYUUBI_NS, n) for n in s["stop"]))
-        f["resume_seconds"] = round(__import__("time").time() - t0, 1)
+        f["resume_seconds"] = round(time.time() - t0, 1)
         t.check(set(p.daemons()) == s["pods_on"], f"resumed without a restart: the held pods deleted "
                 f"{f['resume_seconds']} s after the Roles had delete again (forbidden.retryInterval PT2S here)")
 
@@ -151,7 +150,7 @@ def rollout(page: Page):
 
 # ---- docs/daemon.md ------------------------------------------------------------------------------------
 def daemon(page: Page):
-    t, kube, env = page.tally, page.kube, page.env
+    t, kube = page.tally, page.kube
     page.install_kyuubi()
 
     def cleans(p, deployment, prefix):
@@ -187,7 +186,7 @@ def daemon(page: Page):
 
 # ---- charts/podsweep/README.md -------------------------------------------------------------------------
 def chart_readme(page: Page):
-    t, kube, env = page.tally, page.kube, page.env
+    t, kube = page.tally, page.kube
     page.install_kyuubi()
 
     def deployment(p):
@@ -248,7 +247,6 @@ def chart_readme(page: Page):
 def values_blocks(page):
     """Each ```yaml values-... block of the chart's README: rendered with the chart, admitted by
     the API server (dryRun=All)."""
-    import re
     with open(os.path.join(page.env["ROOT"], "charts", "podsweep", "README.md")) as f:
         text = f.read()
     for name, body in re.findall(r"```yaml (values-[\w-]+)\n(.*?)```", text, re.S):
@@ -265,7 +263,7 @@ def values_blocks(page):
 
 # ---- charts/kyuubi-values/README.md ----------------------------------------------------------------------
 def kyuubi_values_readme(page: Page):
-    t, kube, env = page.tally, page.kube, page.env
+    t = page.tally
     page.install_kyuubi()
 
     def check_merged(p, *_):

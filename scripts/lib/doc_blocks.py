@@ -9,7 +9,6 @@ Blocks run in page order with `bash -euo pipefail`, in a working directory that 
 operator's (podsweep's `charts/` and Kyuubi's unpacked `apache-kyuubi-1.12.0/` beside the files a
 page writes), with `helm`, `kubectl` and a kubeconfig of the local kube-apiserver."""
 
-import os
 import re
 import subprocess
 import time

@@ -133,11 +133,13 @@ class Kubelet:
                 self._create_from(ns, name, h, template)
             elif old and not going:
                 self._delete(ns, sorted(old, key=lambda p: p["metadata"]["creationTimestamp"])[0]["metadata"]["name"])
-            status = {"status": {"replicas": len(mine), "updatedReplicas": len(new), "observedGeneration": d["metadata"].get("generation", 1),
-                                 "readyReplicas": sum(1 for p in new if self._ready(p)),
-                                 "availableReplicas": sum(1 for p in new if self._ready(p))}}
-            self.kube.request("PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/status", status,
-                              ctype="application/merge-patch+json")
+            ready = sum(1 for p in new if self._ready(p))
+            status = {"status": {"replicas": len(mine), "updatedReplicas": len(new),
+                                 "observedGeneration": d["metadata"].get("generation", 1),
+                                 "readyReplicas": ready, "availableReplicas": ready}}
+            if any(d.get("status", {}).get(k) != v for k, v in status["status"].items()):
+                self.kube.request("PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/{name}/status", status,
+                                  ctype="application/merge-patch+json")
 
     @staticmethod
     def _ready(pod):
@@ -345,8 +347,9 @@ class Kubelet:
     def _report(self, pod):
         uid, ns, name = pod["metadata"]["uid"], pod["metadata"]["namespace"], pod["metadata"]["name"]
         st = self.pods.get(uid)
-        if st is None:
+        if st is None or time.time() - st.get("reported_at", 0) < 1.0:
             return
+        st["reported_at"] = time.time()
         statuses, running, failed, exited = [], 0, False, 0
         for c in pod["spec"]["containers"]:
             cid = st["containers"].get(c["name"])
