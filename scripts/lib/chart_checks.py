@@ -91,6 +91,8 @@ def rest(env, t):
     ok, why = refused(env, "both enabled", "--set", "metrics.serviceMonitor.enabled=true",
                       "--set", "metrics.podMonitor.enabled=true")
     t.check(ok, "ServiceMonitor and PodMonitor at once: refused")
+    kinds = [d["kind"] for d in objects(env, "--set", "metrics.podMonitor.enabled=true")]
+    t.check("PodMonitor" in kinds and "ServiceMonitor" not in kinds, "metrics.podMonitor alone: a PodMonitor, no ServiceMonitor")
     docs = objects(env, "--set", "events.enabled=true")
     rules = roles(docs)["kyuubi"]["rules"]
     t.check(any(r["apiGroups"] == ["events.k8s.io"] and r["verbs"] == ["create", "patch"] for r in rules)

@@ -219,6 +219,24 @@ def kyuubi_default_args(env, ns=KYUUBI_NS):
     return next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "kyuubi-server")["args"]
 
 
+def kyuubi_argv(container):
+    """What Kyuubi's server would be started with: the container's command and args run for real
+    (bash, as in Kyuubi's image) on a stand-in `./bin/kyuubi` that prints its arguments."""
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "bin"))
+        stub = os.path.join(d, "bin", "kyuubi")
+        with open(stub, "w") as f:
+            f.write('#!/bin/bash\nprintf "%s\\n" "$@"\n')
+        os.chmod(stub, 0o755)
+        argv = list(container.get("command") or []) + list(container.get("args") or [])
+        if not argv:
+            argv = ["./bin/kyuubi", "run"]
+        r = subprocess.run(argv, cwd=d, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError(f"{argv}: exit {r.returncode}: {r.stderr}")
+        return r.stdout.splitlines()
+
+
 def secret_text(kube, ns, name, key):
     return base64.b64decode(kube.ok("GET", f"/api/v1/namespaces/{ns}/secrets/{name}")["data"][key]).decode()
 

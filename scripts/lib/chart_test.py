@@ -96,7 +96,7 @@ def render(env, zk, extra=()):
     ]) + "\n"
     out = helm(env["HELM"], "template", "podsweep", CHART, "-n", NS, "--set", f"rbac.namespaces={{{SPARK}}}",
                "--set-string", f"kyuubiConf.inline={conf}", "--set", "metrics.serviceMonitor.enabled=true",
-               "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+               "--set", "metrics.prometheusRule.enabled=true",
                "--set", f"image.tag={env['VERSION']}", *extra).stdout
     # The helm test hook's Pod is not part of the release's objects.
     return [d for d in load_all(out) if d["kind"] != "Pod"], conf

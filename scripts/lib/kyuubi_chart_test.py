@@ -16,6 +16,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
 from kubeapi import Kube, KubeError, Tally, helm, load_all  # noqa: E402
+from chart_pages import kyuubi_argv  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VALUES = os.path.join(ROOT, "charts", "kyuubi-values")
@@ -99,12 +100,16 @@ def check_render(docs, variant, version, image, default, operator):
               f"{variant}: the operator's kyuubi-defaults.conf is Kyuubi's ConfigMap's, untouched")
     sts = by_kind["StatefulSet"][0]["spec"]["template"]["spec"]
     server = next(c for c in sts["containers"] if c["name"] == "kyuubi-server")
-    extra = server["args"][len(default):]
-    check(server["args"][:len(default)] == default and f"--conf {P}kind=NONE" in extra,
-          f"{variant}: Kyuubi runs its chart's own arguments, then {', '.join(extra)}")
+    argv = kyuubi_argv(server)
+    tail = argv[len(default) - 1:]
+    extra = tail[1::2]
+    check(server["args"] == default and argv[:len(default) - 1] == default[1:] and tail[0::2] == ["--conf"] * len(extra)
+          and all(e.startswith(P) for e in extra) and f"{P}kind=NONE" in extra,
+          f"{variant}: Kyuubi's chart's own arguments kept; the command runs them (a stand-in bin/kyuubi) with "
+          f"{', '.join(e.split('.')[-1] for e in extra)} last")
     jars = {f"podsweep-{version}-linux.jar", f"podsweep-kyuubi-dropin-{version}.jar"}
     if variant.startswith("init container"):
-        check(f"--conf {P}watch.kind=ALL" in extra, f"{variant}: podsweep's watch.kind=ALL on Kyuubi's command line")
+        check(f"{P}watch.kind=ALL" in extra, f"{variant}: podsweep's watch.kind=ALL on Kyuubi's command line")
         init = sts.get("initContainers", [])
         check(len(init) == 1 and init[0]["image"] == image and init[0]["args"] == ["copy-jars", "/podsweep-jars"],
               f"{variant}: an init container {image} runs `podsweep copy-jars /podsweep-jars`", str(init))
