@@ -68,7 +68,7 @@ def rollout(page: Page):
     def go_no_go(p, code, out, err):
         names = s["names"]
         dry = deletes(kube, KYUUBI_NS, names, dry=True)
-        real = [r for r in kube.pod_deletes(KYUUBI_NS) if not r["dry_run"]]
+        real = deletes(kube, KYUUBI_NS, names + ["dry-running", "dry-no-selector"])
         leader_logs = p.logs_of(s["leader"])
         others = [n for n in p.daemons() if n != s["leader"]]
         lines = out.strip().splitlines()
@@ -131,8 +131,10 @@ def rollout(page: Page):
                 f"helm uninstall: each daemon got SIGTERM, released its leadership and stopped ({len(logs)} daemons)")
 
     def uninstall_ha(p, code, out, err):
-        t.check(f"removed /{p.ha_namespace}-podsweep" in out, f"podsweep uninstall in the cluster: {out.strip()}", out + err)
-        f["uninstall"] = out.strip()
+        removed = next((line for line in out.splitlines() if line.startswith("removed ")), "")
+        t.check(removed.startswith(f"removed /{p.ha_namespace}-podsweep"), f"podsweep uninstall in the cluster: {removed}",
+                out + err)
+        f["uninstall"] = removed
 
     page.run_blocks({
         "rollout-kyuubi-cleaner-off": (None, cleaner_off),
