@@ -140,7 +140,9 @@ class Page:
             self.results[b.name] = (code, out, err)
             want_fail = (b.name or "").endswith("-fails")
             ok_exit = (code != 0) if want_fail else (code == 0)
-            first = (out.strip() or err.strip()).splitlines()[:1]
+            lines = (out.strip() or err.strip()).splitlines()
+            errors = [x for x in err.splitlines() if x.startswith("Error")]
+            first = errors[:1] if want_fail and errors else [x for x in lines if "found symbolic link" not in x][:1]
             if not self.tally.check(ok_exit, f"{b.where()}: ran as written, exit {code} in {secs:.1f} s"
                                     + (f": {first[0][:160]}" if first else ""),
                                     f"stdout {out[-1500:]!r} stderr {err[-1500:]!r}"):
