@@ -2,8 +2,10 @@
 the blocks): the state each block should leave, from the API server, its audit log and the
 daemons' own endpoints."""
 
+import json
 import os
 import re
+import subprocess
 import time
 
 from chart_pages import (KYUUBI_NS, P, SPARK, Page, deletes, exists, http, kyuubi_argv, kyuubi_default_args,
@@ -64,6 +66,23 @@ def rollout(page: Page):
         t.check("participants  2" in out, "the in-cluster `podsweep status` pod (patch and drop-in users) prints the "
                 "table: 2 participants", out)
         f["status_pod"] = out
+        # The same from the image with --json, for the page's sample of the schema.
+        conf = os.path.join(p.work, "status-conf")
+        os.makedirs(conf, exist_ok=True)
+        os.chmod(conf, 0o755)
+        with open(os.path.join(conf, "kyuubi-defaults.conf"), "w") as fh:
+            fh.write(p.kyuubi_conf)
+        os.chmod(os.path.join(conf, "kyuubi-defaults.conf"), 0o644)
+        r = subprocess.run(["podman", "run", "--rm", "--network", "host", "--read-only", "--cap-drop", "all",
+                            "--user", "65532:65532", "-v", f"{conf}:/etc/kyuubi/conf:ro", f"localhost/podsweep:{env['VERSION']}",
+                            "status", "--json", "--config", "/etc/kyuubi/conf/kyuubi-defaults.conf"],
+                           capture_output=True, text=True, env=p.kubelet.env, timeout=60)
+        try:
+            f["status_json"] = json.loads(r.stdout)
+        except ValueError:
+            f["status_json"] = r.stdout + r.stderr
+        t.check(isinstance(f["status_json"], dict) and len(f["status_json"]["scopes"][0]["participants"]) == 2,
+                "podsweep status --json (the image): one scope, 2 participants", r.stdout + r.stderr)
 
     def go_no_go(p, code, out, err):
         names = s["names"]
