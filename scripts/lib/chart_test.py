@@ -1,18 +1,20 @@
-"""scripts/chart test: charts/podsweep and the daemon's image on the local kube-apiserver.
+"""scripts/chart test: charts/podsweep, the daemon's image and the operator's pages on the local
+kube-apiserver.
 
-Run by scripts/chart (which starts the API server and ZooKeeper and passes their addresses);
+Run by scripts/chart (which starts an API server and ZooKeeper and passes their addresses);
 prints `ok` / `FAIL` lines and ends with "chart test: N passed, M failed" and one JSON line of
 figures (commit, date, API server). Steps:
-  1. helm lint and helm template (the kinds, the PrometheusRule = docs/alerts' group, promtool).
+  1. helm lint and helm template: the kinds, the PrometheusRule = docs/alerts' group (promtool),
+     and what the chart makes of an operator's values or refuses (chart_checks.py).
   2. Server-side apply of the chart (dryRun=All, then for real) into a namespace whose Pod Security
      admission enforces `restricted`; a Pod made from the Deployment's template is admitted there,
      a privileged one is refused (so the check is real).
   3. SubjectAccessReviews of the chart's ServiceAccount: what it needs, and what it must not do.
-  4. The image, run by podman on the host network as two replicas with the chart's ServiceAccount
-     token where Kubernetes mounts it: dryRun=true first (one dry-run DELETE per pod, none real),
-     then on (one DELETE per pod, by the audit log), probes, `podsweep status`.
-  5. Emergency stop without a restart (the Role without `delete`), and back.
-  6. Uninstall: the daemons stop (SIGTERM, exit 0), `podsweep uninstall` removes the HA nodes.
+  4. The ConfigMap Kyuubi 1.12.0's own chart makes: the image refuses it alone (no namespace key)
+     and accepts it with the chart's arguments.
+  5. The operator's pages, each on a fresh API server with Kyuubi installed by its chart and a
+     kubelet stand-in: every `bash` block run as written (chart_pages.py, chart_scenarios.py).
+PODSWEEP_CHART_PAGES=docs/rollout.md,... runs only those pages.
 """
 
 import json
@@ -20,12 +22,14 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
 from kubeapi import Kube, KubeError, Tally, helm, load_all, wait  # noqa: E402
+import chart_checks  # noqa: E402
+import chart_pages  # noqa: E402
+import chart_scenarios  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CHART = os.path.join(ROOT, "charts", "podsweep")
@@ -49,14 +53,14 @@ def lint_and_template(env):
     h = env["HELM"]
     r = helm(h, "lint", "--strict", CHART, check=False)
     check(r.returncode == 0, "helm lint --strict charts/podsweep", r.stdout + r.stderr)
-    every = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true",
-             "--set", "metrics.prometheusRule.enabled=true", "--set", "kyuubiConf.inline=kyuubi.ha.addresses=zk:2181"]
+    every = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+             "--set", "kyuubiConf.inline=kyuubi.ha.addresses=zk:2181", "--set", "events.enabled=true"]
     r = helm(h, "lint", "--strict", CHART, *every, check=False)
     check(r.returncode == 0, "helm lint --strict with every optional object", r.stdout + r.stderr)
     docs = load_all(helm(h, "template", "podsweep", CHART, "-n", NS, *every).stdout)
     kinds = sorted(d["kind"] for d in docs)
     want = sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
-                   "PodDisruptionBudget", "ServiceMonitor", "PodMonitor", "PrometheusRule"])
+                   "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Pod"])
     check(kinds == want, f"helm template: {', '.join(kinds)}", f"expected {want}")
     rule = next(d for d in docs if d["kind"] == "PrometheusRule")
     import yaml
@@ -70,10 +74,7 @@ def lint_and_template(env):
     r = run(env["PROMTOOL"], "check", "rules", t.name, check_rc=False)
     check(r.returncode == 0, "promtool check rules on the rendered PrometheusRule", r.stdout + r.stderr)
     os.unlink(t.name)
-    r = helm(h, "template", "x", CHART, "--set", "replicaCount=1", check=False)
-    check(r.returncode != 0 and "replicaCount must be 2 or more" in r.stderr, "replicaCount=1 is refused, saying why")
-    r = helm(h, "template", "x", CHART, "--set", "kyuubiConf.inline=kyuubi.kubernetes.namespace=x", check=False)
-    check(r.returncode != 0 and "kyuubi.ha.addresses" in r.stderr, "an inline file without kyuubi.ha.addresses is refused")
+    chart_checks.all_checks(env, TALLY)
     dep = next(d for d in docs if d["kind"] == "Deployment")
     c = dep["spec"]["template"]["spec"]["containers"][0]
     check(c["readinessProbe"]["httpGet"]["path"] == "/healthz" and c["livenessProbe"]["httpGet"]["path"] == "/livez",
@@ -95,9 +96,10 @@ def render(env, zk, extra=()):
     ]) + "\n"
     out = helm(env["HELM"], "template", "podsweep", CHART, "-n", NS, "--set", f"rbac.namespaces={{{SPARK}}}",
                "--set-string", f"kyuubiConf.inline={conf}", "--set", "metrics.serviceMonitor.enabled=true",
-               "--set", "metrics.podMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+               "--set", "metrics.prometheusRule.enabled=true",
                "--set", f"image.tag={env['VERSION']}", *extra).stdout
-    return load_all(out), conf
+    # The helm test hook's Pod is not part of the release's objects.
+    return [d for d in load_all(out) if d["kind"] != "Pod"], conf
 
 
 def install_monitoring_crds(kube):
@@ -165,15 +167,16 @@ def sar_checks(kube):
         ("list", "secrets", "", False), ("list", "pods", OTHER, False), ("delete", "pods", OTHER, False),
         ("list", "pods", "", False), ("delete", "pods", "", False), ("create", "events", SPARK, False),
         ("get", "configmaps", NS, False), ("create", "leases", NS, False),
+        ("create", "events", SPARK, False, "events.k8s.io"),
         ("get", "configmaps/kube-root-ca.crt", SPARK, True), ("get", "configmaps/other", SPARK, False),
         ("list", "configmaps", SPARK, False),
     ]
     answers = []
-    for verb, res, ns, expected in want:
-        group = "coordination.k8s.io" if res == "leases" else ""
+    for verb, res, ns, expected, *g in want:
+        group = g[0] if g else ("coordination.k8s.io" if res == "leases" else "")
         res_, _, name = res.partition("/")
         got = kube.can(SA, verb, res_, ns, group=group, name=name)
-        answers.append(f"{verb} {res} in {ns or 'every namespace'}: {'yes' if got else 'no'}")
+        answers.append(f"{verb} {res}{' (' + group + ')' if group else ''} in {ns or 'every namespace'}: {'yes' if got else 'no'}")
         if got != expected:
             bad(f"SubjectAccessReview {SA} {verb} {res} in {ns or 'every namespace'}: {got}, expected {expected}")
             return
@@ -181,224 +184,54 @@ def sar_checks(kube):
     ok(f"SubjectAccessReview of {SA}: " + "; ".join(answers))
 
 
-# ---- 4. the image with the chart's ServiceAccount token ---------------------------------------------
-def driver_pod(name, app_selector=True):
-    labels = {"kyuubi-unique-tag": name + "-tag", "spark-role": "driver"}
-    if app_selector:
-        labels["spark-app-selector"] = "spark-" + name.replace("-", "")[:32].ljust(32, "0")
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": SPARK, "labels": labels},
-            "spec": {"containers": [{"name": "spark-kubernetes-driver", "image": "spark:test"}]}}
-
-
-def terminate(kube, name, ago_s=3600):
-    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s))
-    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - ago_s - 60))
-    patch = {"status": {"phase": "Succeeded", "containerStatuses": [{
-        "name": "spark-kubernetes-driver", "ready": False, "restartCount": 0, "image": "spark:test", "imageID": "",
-        "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": start, "finishedAt": at}}}]}}
-    kube.ok("PATCH", f"/api/v1/namespaces/{SPARK}/pods/{name}/status", patch, ctype="application/merge-patch+json")
-
-
-def make_pods(kube, prefix, n):
-    """n terminated driver pods, plus a running driver and a terminated non-driver (decoys)."""
-    names = [f"{prefix}-{i:02d}" for i in range(n)]
-    for name in names:
-        kube.ok("POST", f"/api/v1/namespaces/{SPARK}/pods", driver_pod(name))
-        terminate(kube, name)
-    kube.ok("POST", f"/api/v1/namespaces/{SPARK}/pods", driver_pod(prefix + "-running"))
-    kube.ok("POST", f"/api/v1/namespaces/{SPARK}/pods", driver_pod(prefix + "-no-selector", app_selector=False))
-    terminate(kube, prefix + "-no-selector")
-    return names
-
-
-def exists(kube, name):
-    return kube.request("GET", f"/api/v1/namespaces/{SPARK}/pods/{name}")[0] == 200
-
-
-class Fleet:
-    """Two replicas of the image, as the Deployment runs them: podman on the host network, the
-    chart's ServiceAccount token, CA and namespace where Kubernetes mounts them, the config read
-    only, a read-only root, no capability, the numeric user of the image."""
-
-    def __init__(self, env, kube, conf_text, work):
-        self.env, self.kube, self.work = env, kube, work
-        self.image = f"localhost/podsweep:{env['VERSION']}"
-        self.ids = {}
-        self.cleaned = []
-        sa_dir = os.path.join(work, "serviceaccount")
-        os.makedirs(sa_dir, exist_ok=True)
-        with open(os.path.join(sa_dir, "token"), "w") as f:
-            f.write(kube.sa_token(NS, "podsweep"))
-        with open(kube.ca) as src, open(os.path.join(sa_dir, "ca.crt"), "w") as dst:
-            dst.write(src.read())
-        with open(os.path.join(sa_dir, "namespace"), "w") as f:
-            f.write(NS)
-        conf_dir = os.path.join(work, "conf")
-        os.makedirs(conf_dir, exist_ok=True)
-        with open(os.path.join(conf_dir, "kyuubi-defaults.conf"), "w") as f:
-            f.write(conf_text)
-        for d in (sa_dir, conf_dir):
-            os.chmod(d, 0o755)
-            for n in os.listdir(d):
-                os.chmod(os.path.join(d, n), 0o644)
-        self.sa_dir, self.conf_dir = sa_dir, conf_dir
-        host, port = kube.server.removeprefix("https://").rsplit(":", 1)
-        self.api_host, self.api_port = host, port
-
-    def podman(self, *args, check_rc=True):
-        return run("podman", *args, check_rc=check_rc, env={**os.environ, "CONTAINERS_CONF": self.env["CONTAINERS_CONF"]})
-
-    def start(self, name, port, extra_conf=()):
-        args = ["run", "-d", "--replace", "--name", name, "--hostname", name, "--network", "host", "--read-only",
-                "--cap-drop", "all", "--security-opt", "no-new-privileges", "--user", "65532:65532",
-                "-e", f"KUBERNETES_SERVICE_HOST={self.api_host}", "-e", f"KUBERNETES_SERVICE_PORT={self.api_port}",
-                "-v", f"{self.sa_dir}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
-                "-v", f"{self.conf_dir}:/etc/kyuubi/conf:ro", self.image,
-                "--config", "/etc/kyuubi/conf/kyuubi-defaults.conf", "--listen", f"127.0.0.1:{port}",
-                "--conf", P + "watch.kind=ALL"]
-        for c in extra_conf:
-            args += ["--conf", c]
-        self.ids[name] = (self.podman(*args).stdout.strip(), port)
-        wait(f"{name} answers /livez", 30, lambda: http(port, "/livez")[0] == 200)
-
-    def stop(self, name):
-        cid, _ = self.ids.pop(name)
-        self.podman("stop", "-t", "15", cid)
-        code = self.podman("inspect", "-f", "{{.State.ExitCode}}", cid).stdout.strip()
-        logs = self.podman("logs", cid, check_rc=False).stderr
-        self.podman("rm", cid, check_rc=False)
-        return code, logs
-
-    def logs(self, name):
-        return self.podman("logs", self.ids[name][0], check_rc=False).stderr
-
-    def cli(self, *args):
-        """A one-off `podsweep <verb>` from the image (no shell needed)."""
-        return self.podman("run", "--rm", "--network", "host", "--read-only", "--cap-drop", "all", "--user", "65532:65532",
-                           "-v", f"{self.conf_dir}:/etc/kyuubi/conf:ro", self.image, *args,
-                           "--config", "/etc/kyuubi/conf/kyuubi-defaults.conf", check_rc=False)
-
-    def close(self):
-        for name in list(self.ids):
-            try:
-                self.stop(name)
-            except Exception:
-                pass
-
-
-def http(port, path):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError as e:
-        return 0, str(e)
-
-
-def leader_of(fleet):
-    leads = [n for n, (_, port) in fleet.ids.items()
-             if f'podsweep_leader{{context="",namespace="{SPARK}"}} 1' in http(port, "/metrics")[1]]
-    return leads[0] if len(leads) == 1 else None
-
-
-def rollout(env, kube, fleet):
-    names = make_pods(kube, "dry", 12)
-    # (a) dryRun=true: every server elects, classifies and says what it would delete; nothing goes.
-    for i, name in enumerate(("podsweep-0", "podsweep-1")):
-        fleet.start(name, env["PORTS"][i], [P + "dryRun=true"])
-    leader = wait("one leader", 60, lambda: leader_of(fleet))
-    def dry_runs():
-        d = [r for r in kube.pod_deletes(SPARK) if r["dry_run"] and r["name"] in names]
-        return d if {r["name"] for r in d} == set(names) else None
-    dry = wait("a dry-run DELETE per pod", 60, dry_runs)
-    # The audit log is written before each answer (blocking mode): what it holds now is complete.
-    real = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"]]
-    would = fleet.logs(leader).count("Would delete")
-    follower = next(n for n in fleet.ids if n != leader)
-    check(not real and all(exists(kube, n) for n in names) and would >= len(names)
-          and fleet.logs(follower).count("Would delete") == 0,
-          f"dryRun=true: {len(dry)} dry-run DELETEs for {len(names)} pods, 0 real DELETEs in the audit log from every "
-          f"server, every pod still there; {would} 'Would delete' lines from the leader {leader}, 0 from {follower}",
-          f"real {real}, would {would}")
-    metrics = http(fleet.ids[leader][1], "/metrics")[1]
-    figures["dry_run"] = {"pods": len(names), "dry_run_deletes": len(dry), "real_deletes": len(real),
-                          "would_delete_lines": would}
-    check(f'podsweep_tracked_pods{{context="",namespace="{SPARK}"}}' in metrics, "dryRun=true: the leader's metrics track the pods")
-    # (b) on: the same fleet without dryRun, one replica at a time (a rolling update).
-    for i, name in enumerate(("podsweep-0", "podsweep-1")):
-        code, _ = fleet.stop(name)
-        check(code == "0", f"{name} stopped by SIGTERM, exit {code}")
-        fleet.start(name, env["PORTS"][i])
-    wait("every driver pod deleted", 60, lambda: not any(exists(kube, n) for n in names))
-    real = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"] and r["name"] in names]
-    per_pod = {n: sum(1 for r in real if r["name"] == n) for n in names}
-    decoys = [n for n in ("dry-running", "dry-no-selector") if not exists(kube, n)]
-    check(all(c == 1 for c in per_pod.values()) and all(r["code"] == 200 for r in real) and not decoys
-          and all(r["user"] == SA for r in real),
-          f"then on: {len(real)} DELETEs for {len(names)} pods by the audit log, one each, all 200, all by {SA}; "
-          f"the running driver and the pod without spark-app-selector kept", f"{per_pod} {decoys}")
-    figures["on"] = {"pods": len(names), "deletes": len(real), "per_pod_max": max(per_pod.values())}
-    leader = wait("one leader", 60, lambda: leader_of(fleet))
-    port = fleet.ids[leader][1]
-    fleet.cleaned = names
-    for path, want in (("/livez", "ok\n"), ("/healthz", "ok\n")):
-        code, body = http(port, path)
-        check(code == 200 and body.startswith(want.strip()), f"probe {path}: {code} {body.strip()[:40]}")
-    return leader
-
-
-def emergency_stop(env, kube, fleet, zk):
-    docs, _ = render(env, zk, ("--set", "rbac.delete=false"))
-    role = next(d for d in docs if d["kind"] == "Role")
-    code, out, _ = kube.apply(role)
-    check(code == 200 and "delete" not in role["rules"][0]["verbs"], "emergency stop: the Role applied without delete (no restart)",
-          f"{code} {out}")
-    names = make_pods(kube, "stop", 4)
-    wait("403s for the held pods", 60,
-         lambda: {r["name"] for r in kube.pod_deletes(SPARK) if r["code"] == 403} >= set(names))
-    kept = all(exists(kube, n) for n in names)
-    leader = leader_of(fleet)
-    metrics = http(fleet.ids[leader][1], "/metrics")[1] if leader else ""
-    forbidden = [l for l in metrics.splitlines() if 'outcome="forbidden"' in l and "total" in l]
-    check(kept and forbidden, f"while stopped: every DELETE answered 403, the {len(names)} pods kept; {forbidden[:1]}")
-    docs, _ = render(env, zk)
-    role = next(d for d in docs if d["kind"] == "Role")
-    kube.apply(role)
-    wait("the held pods deleted once delete is granted again", 60, lambda: not any(exists(kube, n) for n in names))
-    ok("resumed: the Role with delete applied again, the held pods deleted at their next retry (forbidden.retryInterval)")
-
-
-def status_and_uninstall(kube, fleet):
-    # Much later (the emergency stop came between): still one DELETE per pod of the rollout.
-    later = [r for r in kube.pod_deletes(SPARK) if not r["dry_run"] and r["name"] in fleet.cleaned]
-    check(len(later) == len(fleet.cleaned), f"after the emergency stop too: {len(later)} DELETEs for the "
-          f"{len(fleet.cleaned)} pods of the rollout, no second one")
-    r = fleet.cli("status")
-    print(r.stdout, flush=True)
-    figures["podsweep_status"] = r.stdout
-    check(r.returncode == 0 and "participants  2" in r.stdout and "leads  podsweep-" in r.stdout,
-          "podsweep status (from the image): the scope's leader and 2 participants", r.stderr)
-    r = fleet.cli("uninstall")
-    check(r.returncode == 1 and "still campaign" in r.stderr, "podsweep uninstall refuses while the daemons run", r.stderr)
-    for name in list(fleet.ids):
-        code, logs = fleet.stop(name)
-        check(code == "0" and "SIGTERM received" in logs, f"{name}: SIGTERM, leadership released, exit 0", logs[-500:])
-    r = fleet.cli("uninstall")
-    check(r.returncode == 0 and r.stdout.startswith("removed /kyuubi-chart-podsweep"), f"podsweep uninstall: {r.stdout.strip()}", r.stderr)
-    r = fleet.cli("status", "--json")
-    check(r.returncode == 0 and json.loads(r.stdout)["scopes"] == [], "nothing of podsweep left in ZooKeeper", r.stdout)
+def kyuubi_chart_configmap(env, kube, work):
+    """Issue 33 §1: Kyuubi 1.12.0's own chart makes its ConfigMap without kyuubi.kubernetes.namespace
+    (it passes it on Kyuubi's command line). The daemon given that file alone refuses to start,
+    naming the key (it used to clean `default`); with the chart's --conf it takes the namespace of
+    its Roles."""
+    values = os.path.join(work, "kyuubi-values.yaml")
+    with open(values, "w") as f:
+        yaml.safe_dump(chart_pages.kyuubi_values(env["PODSWEEP_ZK"], "kyuubi-cm-check"), f)
+    docs = load_all(helm(env["HELM"], "template", "kyuubi", env["KYUUBI_CHART"], "-n", "kyuubi", "-f", values).stdout)
+    cm = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "kyuubi")
+    text = cm["data"]["kyuubi-defaults.conf"]
+    conf_dir = os.path.join(work, "kyuubi-cm")
+    os.makedirs(conf_dir)
+    os.chmod(conf_dir, 0o755)
+    with open(os.path.join(conf_dir, "kyuubi-defaults.conf"), "w") as f:
+        f.write(text)
+    os.chmod(os.path.join(conf_dir, "kyuubi-defaults.conf"), 0o644)
+    image = f"localhost/podsweep:{env['VERSION']}"
+    base = ["podman", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "all", "--user", "65532:65532",
+            "-v", f"{conf_dir}:/etc/kyuubi/conf:ro", image]
+    denv = {**os.environ, "CONTAINERS_CONF": env["CONTAINERS_CONF"]}
+    r = run(*base, "--config", "/etc/kyuubi/conf/kyuubi-defaults.conf", "--listen", "127.0.0.1:0",
+            "--conf", P + "watch.kind=ALL", check_rc=False, env=denv, timeout=60)
+    refused_line = r.stderr.strip()
+    check(r.returncode == 2 and "kyuubi.kubernetes.namespace: not set" in r.stderr,
+          "Kyuubi's chart-made ConfigMap alone: the daemon (the image) refuses to start, exit 2, naming "
+          f"kyuubi.kubernetes.namespace instead of cleaning default: {r.stderr.strip()[:140]}", r.stdout + r.stderr)
+    chart_docs = load_all(helm(env["HELM"], "template", "podsweep", CHART, "-n", "kyuubi").stdout)
+    args = next(d for d in chart_docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    confs = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--conf"]
+    conf_args = [x for c in confs for x in ("--conf", c)]
+    r = run(*base, "check", "--config", "/etc/kyuubi/conf/kyuubi-defaults.conf", *conf_args, check_rc=False, env=denv, timeout=60)
+    check(r.returncode == 0 and "scopes         :kyuubi" in r.stdout,
+          "the same file with the chart's --conf arguments: `podsweep check` accepts it, scope :kyuubi (the Role's)",
+          r.stdout + r.stderr)
+    figures["kyuubi_chart_configmap"] = {"alone": refused_line, "with_chart_args": r.stdout.splitlines()[:5]}
 
 
 def main():
     env = dict(os.environ)
-    env["PORTS"] = [int(p) for p in env["PODSWEEP_CHART_PORTS"].split(",")]
     env["VERSION"] = env["PODSWEEP_VERSION"]
     env["HELM"], env["PROMTOOL"] = env["PODSWEEP_HELM"], env["PODSWEEP_PROMTOOL"]
+    env["ZK"], env["ROOT"] = env["PODSWEEP_ZK"], ROOT
+    env["KYUUBI_CHART"] = env["PODSWEEP_KYUUBI_CHART"]
     kube = Kube.from_dir(env["PODSWEEP_KUBE_DIR"])
     zk = env["PODSWEEP_ZK"]
     work = tempfile.mkdtemp(prefix="podsweep-chart-")
-    fleet = None
+    only = [p for p in env.get("PODSWEEP_CHART_PAGES", "").split(",") if p]
     try:
         lint_and_template(env)
         for name, labels in ((NS, {f"pod-security.kubernetes.io/{m}": "restricted" for m in ("enforce", "warn", "audit")}),
@@ -408,17 +241,28 @@ def main():
         docs, conf = render(env, zk)
         apply_chart(kube, docs)
         sar_checks(kube)
-        fleet = Fleet(env, kube, conf, work)
-        rollout(env, kube, fleet)
-        emergency_stop(env, kube, fleet, zk)
-        status_and_uninstall(kube, fleet)
+        kyuubi_chart_configmap(env, kube, work)
     except Exception as e:  # a step that cannot run fails the test
         bad(f"{type(e).__name__}: {e}")
-        for name in list(fleet.ids) if fleet else []:
-            print(f"---- the last lines of {name}'s log:\n" + "\n".join(fleet.logs(name).splitlines()[-15:]), flush=True)
-    finally:
-        if fleet:
-            fleet.close()
+    for rel in chart_pages.PAGES:
+        if only and rel not in only:
+            continue
+        page = None
+        try:
+            print(f"---- {rel}", flush=True)
+            page = chart_pages.Page(env, TALLY, figures, rel)
+            chart_scenarios.SCENARIOS[rel](page)
+        except Exception as e:
+            bad(f"{rel}: {type(e).__name__}: {e}")
+            if page:
+                for n in list(page.daemons()):
+                    print(f"---- the last lines of {n}'s log:\n" + "\n".join(page.logs_of(n).splitlines()[-12:]), flush=True)
+                for line in page.kubelet.errors[:5]:
+                    print(f"---- kubelet stand-in: {line}", flush=True)
+        finally:
+            if page:
+                page.close()
+    subprocess.run(["rm", "-rf", work])
     TALLY.end("chart test", figures, "podsweep", env)
 
 

@@ -16,6 +16,7 @@ import yaml
 
 sys.path.insert(0, os.path.dirname(__file__))
 from kubeapi import Kube, KubeError, Tally, helm, load_all  # noqa: E402
+from chart_pages import kyuubi_argv  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VALUES = os.path.join(ROOT, "charts", "kyuubi-values")
@@ -63,44 +64,78 @@ def kyuubi_chart(tarball, tools, into):
         return os.path.join(into, "apache-kyuubi-1.12.0", "charts", "kyuubi")
     cached = os.path.join(tools, "kyuubi-1.12.0", "src", "charts", "kyuubi")
     if os.path.isdir(cached):
-        out = os.path.join(into, "kyuubi")
+        out = os.path.join(into, "apache-kyuubi-1.12.0", "charts", "kyuubi")
         shutil.copytree(cached, out)
         return out
     raise KubeError(f"Kyuubi 1.12.0's chart: neither {tarball} (KYUUBI_SRC_TARBALL) nor {cached} "
                     "(scripts/setup kyuubi) exists")
 
 
-def check_render(docs, variant, version, image):
+def default_args(h, chart, ns):
+    docs = load_all(helm(h, "template", "kyuubi", chart, "-n", ns).stdout)
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    return next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "kyuubi-server")["args"]
+
+
+OPERATOR = {
+    # An operator's own values: its file, its Role's rules, a volume and its mount. podsweep's files
+    # must leave the first two as they are (they set neither), and the merge file keeps the third.
+    "kyuubiConf": {"files": {"kyuubi-defaults.conf": "kyuubi.ha.addresses=zk-0.zk:2181\nkyuubi.operation.idle.timeout=PT30M\n"}},
+    "rbac": {"create": True, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "list", "delete"]},
+                                       {"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]},
+    "volumes": [{"name": "operator-scratch", "emptyDir": {}}],
+    "volumeMounts": [{"name": "operator-scratch", "mountPath": "/opt/kyuubi/work"}],
+}
+
+
+def check_render(docs, variant, version, image, default, operator):
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
     role = by_kind["Role"][0]
-    pod_rule = next(r for r in role["rules"] if "pods" in r["resources"])
-    check(set(pod_rule["verbs"]) >= {"list", "watch", "delete"}, f"{variant}: Kyuubi's Role grants pods {pod_rule['verbs']} (watch added)")
-    cm_rule = [r for r in role["rules"] if "configmaps" in r["resources"]]
-    check(len(cm_rule) == 1 and cm_rule[0].get("resourceNames") == ["kube-root-ca.crt"] and cm_rule[0]["verbs"] == ["get"],
-          f"{variant}: Kyuubi's Role grants get on the one ConfigMap kube-root-ca.crt (the namespace's identity)")
-    conf = by_kind["ConfigMap"][0]["data"]["kyuubi-defaults.conf"]
-    check(f"{P}kind=NONE" in conf and f"{P}watch.kind=ALL" in conf,
-          f"{variant}: kyuubi-defaults.conf has Kyuubi's cleaner at NONE and podsweep's watch.kind=ALL")
+    if operator:
+        check(role["rules"] == OPERATOR["rbac"]["rules"], f"{variant}: the operator's rbac.rules are Kyuubi's Role's, untouched")
+        conf = by_kind["ConfigMap"][0]["data"]["kyuubi-defaults.conf"]
+        check(conf == OPERATOR["kyuubiConf"]["files"]["kyuubi-defaults.conf"],
+              f"{variant}: the operator's kyuubi-defaults.conf is Kyuubi's ConfigMap's, untouched")
     sts = by_kind["StatefulSet"][0]["spec"]["template"]["spec"]
     server = next(c for c in sts["containers"] if c["name"] == "kyuubi-server")
+    argv = kyuubi_argv(server)
+    tail = argv[len(default) - 1:]
+    extra = tail[1::2]
+    check(server["args"] == default and argv[:len(default) - 1] == default[1:] and tail[0::2] == ["--conf"] * len(extra)
+          and all(e.startswith(P) for e in extra) and f"{P}kind=NONE" in extra,
+          f"{variant}: Kyuubi's chart's own arguments kept; the command runs them (a stand-in bin/kyuubi) with "
+          f"{', '.join(e.split('.')[-1] for e in extra)} last")
     jars = {f"podsweep-{version}-linux.jar", f"podsweep-kyuubi-dropin-{version}.jar"}
-    if variant == "init container":
+    if variant.startswith("init container"):
+        check(f"{P}watch.kind=ALL" in extra, f"{variant}: podsweep's watch.kind=ALL on Kyuubi's command line")
         init = sts.get("initContainers", [])
         check(len(init) == 1 and init[0]["image"] == image and init[0]["args"] == ["copy-jars", "/podsweep-jars"],
               f"{variant}: an init container {image} runs `podsweep copy-jars /podsweep-jars`", str(init))
         mounted = {m["subPath"] for m in server.get("volumeMounts", []) if m.get("name") == "podsweep-jars"
                    and m["mountPath"] == "/opt/kyuubi/jars/" + m.get("subPath", "")}
         check(mounted == jars, f"{variant}: both jars mounted into /opt/kyuubi/jars/ (Kyuubi's class path)", str(mounted))
-    else:
+        if operator:
+            kept = any(v["name"] == "operator-scratch" for v in sts["volumes"]) and any(
+                m["mountPath"] == "/opt/kyuubi/work" for m in server["volumeMounts"])
+            check(kept, f"{variant}: with the merge file last, the operator's volume and mount are there too")
+    elif variant.startswith("image layer"):
         check(not sts.get("initContainers") and server["image"].endswith("podsweep-" + version),
               f"{variant}: Kyuubi's container runs the layered image {server['image']}, no init container")
+        if operator:
+            check(any(v["name"] == "operator-scratch" for v in sts["volumes"]),
+                  f"{variant}: the operator's volume kept (the file sets no list)")
+    elif variant.startswith("sidecar"):
+        side = next((c for c in sts["containers"] if c["name"] == "podsweep"), None)
+        check(side is not None and "readinessProbe" not in side and side["livenessProbe"]["httpGet"]["path"] == "/livez",
+              f"{variant}: a podsweep container beside Kyuubi's, liveness /livez, no readiness probe", str(side))
     rules = by_kind.get("PrometheusRule", [])
-    with open(os.path.join(ROOT, "docs", "alerts", "podsweep-rules.yaml")) as f:
-        group = [g for g in yaml.safe_load(f)["groups"] if g["name"] == "podsweep-kyuubi"]
-    check(len(rules) == 1 and group and group[0] in rules[0]["spec"]["groups"],
-          f"{variant}: Kyuubi's PrometheusRule carries podsweep's group podsweep-kyuubi ({len(group[0]['rules'])} alerts)")
+    if not variant.startswith(("daemon", "sidecar")):
+        with open(os.path.join(ROOT, "docs", "alerts", "podsweep-rules.yaml")) as f:
+            group = [g for g in yaml.safe_load(f)["groups"] if g["name"] == "podsweep-kyuubi"]
+        check(len(rules) == 1 and group and group[0] in rules[0]["spec"]["groups"],
+              f"{variant}: Kyuubi's PrometheusRule carries podsweep's group podsweep-kyuubi ({len(group[0]['rules'])} alerts)")
 
 
 def apply_all(kube, docs, namespace, variant):
@@ -158,6 +193,10 @@ def layer_image(env, version, image, tools, work):
 
 
 def main():
+    if sys.argv[1:2] == ["--extract-chart"]:
+        os.makedirs(sys.argv[2], exist_ok=True)
+        print(kyuubi_chart(os.environ["PODSWEEP_KYUUBI_TARBALL"], os.environ["PODSWEEP_TOOLS"], sys.argv[2]))
+        return
     if sys.argv[1:] == ["--write-alerts"]:
         with open(ALERTS, "w") as f:
             f.write(alerts_text())
@@ -176,15 +215,41 @@ def main():
         sys.path.insert(0, os.path.dirname(__file__))
         from chart_test import install_monitoring_crds
         install_monitoring_crds(kube)
-        for variant, values, ns in (("init container", "podsweep-dropin.yaml", "kyuubi-init"),
-                                    ("image layer", "podsweep-image-layer.yaml", "kyuubi-layer")):
-            args = ["template", "kyuubi", chart, "-n", ns, "-f", os.path.join(VALUES, values), "-f", ALERTS]
+        operator = os.path.join(work, "operator-values.yaml")
+        with open(operator, "w") as f:
+            yaml.safe_dump(OPERATOR, f)
+        merge = os.path.join(work, "podsweep-merge.yaml")
+        with open(merge, "w") as f:
+            yaml.safe_dump({"volumes": OPERATOR["volumes"] + [{"name": "podsweep-jars", "emptyDir": {}}],
+                            "volumeMounts": OPERATOR["volumeMounts"] + [
+                                {"name": "podsweep-jars", "mountPath": f"/opt/kyuubi/jars/{j}", "subPath": j, "readOnly": True}
+                                for j in (f"podsweep-{version}-linux.jar", f"podsweep-kyuubi-dropin-{version}.jar")]}, f)
+        rbac_docs = load_all(open(os.path.join(VALUES, "podsweep-rbac.yaml")).read())
+        for variant, files, ns, mine in (
+                ("init container", ["podsweep-dropin.yaml", ALERTS], "kyuubi-init", False),
+                ("init container, over the operator's values", ["podsweep-dropin.yaml", ALERTS, merge], "kyuubi-init-op", True),
+                ("image layer", ["podsweep-image-layer.yaml", ALERTS], "kyuubi-layer", False),
+                ("image layer, over the operator's values", ["podsweep-image-layer.yaml", ALERTS], "kyuubi-layer-op", True),
+                ("daemon beside", ["podsweep-daemon.yaml"], "kyuubi-daemon", True),
+                ("sidecar", ["podsweep-sidecar.yaml"], "kyuubi-sidecar", True)):
+            fs = [x if os.path.isabs(x) else os.path.join(VALUES, x) for x in files]
+            fargs = [a for x in ([operator] if mine else []) + fs for a in ("-f", x)]
+            args = ["template", "kyuubi", chart, "-n", ns, *fargs]
             r = helm(h, "lint", chart, *args[3:], check=False)
-            check(r.returncode == 0, f"{variant}: helm lint of Kyuubi's chart with {values}", r.stdout + r.stderr)
+            check(r.returncode == 0, f"{variant}: helm lint of Kyuubi's chart with {', '.join(os.path.basename(x) for x in fs)}",
+                  r.stdout + r.stderr)
             docs = load_all(helm(h, *args).stdout)
-            check_render(docs, variant, version, image)
+            check_render(docs, variant, version, image, default_args(h, chart, ns), mine)
             kube.namespace(ns)
             apply_all(kube, docs, ns, variant)
+            rb = [dict(d, metadata={**d["metadata"], "namespace": ns}) for d in rbac_docs]
+            rb[1]["subjects"][0]["namespace"] = ns
+            apply_all(kube, rb, ns, variant + ": podsweep-rbac.yaml")
+            sa = f"system:serviceaccount:{ns}:kyuubi"
+            check(kube.can(sa, "watch", "pods", ns) and kube.can(sa, "get", "configmaps", ns, name="kube-root-ca.crt")
+                  and kube.can(sa, "create", "pods", ns),
+                  f"{variant}: Kyuubi's ServiceAccount may watch pods and get kube-root-ca.crt (podsweep-rbac.yaml) and "
+                  "create pods (Kyuubi's own Role)")
         copy_jars_for_real(env, version, image, work)
         layer_image(env, version, image, env["PODSWEEP_TOOLS"], work)
     except Exception as e:

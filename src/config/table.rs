@@ -264,7 +264,7 @@ pub static KEYS: &[KeyDoc] = &[
         doc: "Failed DELETEs are summed up in one log line per failure class (403, other \
               refusals, 429, 5xx, transport errors), per Kubernetes context and namespace, at \
               most once per this interval.",
-        since: "0.1.0",
+        since: "0.2.0",
         routes: ALL,
         internal: false,
     },
@@ -280,7 +280,7 @@ pub static KEYS: &[KeyDoc] = &[
               held back by the API server's Retry-After, or with its pod watch failing. A \
               cleanup task restarted after a failure counts as recovered once it has run this \
               long.",
-        since: "0.1.0",
+        since: "0.2.0",
         routes: ALL,
         internal: false,
     },
@@ -431,7 +431,7 @@ pub static KEYS: &[KeyDoc] = &[
               it serves, one INFO line each (leader, health, pauses with cause and end, due \
               pods and retries, the last failure), under the logger org.podsweep.status; the \
               same status is the JMX MBean org.podsweep:type=PodSweeper.",
-        since: "0.1.0",
+        since: "0.2.0",
         routes: ALL,
         internal: false,
     },

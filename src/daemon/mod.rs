@@ -11,6 +11,7 @@
 //!   address actually bound, so `--listen 127.0.0.1:0` can be used).
 //! * SIGTERM or SIGINT closes the engine (leadership released, nothing deleted) and exits 0.
 
+pub mod check;
 pub mod conf;
 pub mod exposition;
 pub mod http;
@@ -26,9 +27,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
-use crate::config::{keys, Settings};
+use crate::config::Settings;
 use crate::engine::{self, Engine};
-use crate::model::CleanupKind;
 
 /// Exit status of a bad configuration or command line.
 pub const EXIT_CONFIG: u8 = 2;
@@ -49,7 +49,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
     args_conflicts_with_subcommands = true
 )]
 pub struct Args {
-    /// An operator's verb instead of the daemon (status, uninstall, copy-jars).
+    /// An operator's verb instead of the daemon (status, uninstall, check, copy-jars).
     #[command(subcommand)]
     pub command: Option<ops::Command>,
     /// Kyuubi's configuration file (kyuubi-defaults.conf).
@@ -75,7 +75,24 @@ pub struct Args {
     /// Log level when RUST_LOG is not set (error, warn, info, debug, trace).
     #[arg(long, value_name = "LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Log lines on stderr: text (one line per event) or json (one JSON object per line, for
+    /// log pipelines).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
 }
+
+/// The format of the daemon's log lines on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `tracing`'s text format: time, level, target, message and fields on one line.
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the event's fields
+    /// at the top level.
+    Json,
+}
+
+/// Set once logging starts in JSON: a refused configuration is then one JSON object too.
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs the daemon until SIGTERM or SIGINT; returns the exit status.
 pub fn run(mut args: Args) -> u8 {
@@ -100,35 +117,18 @@ pub fn run(mut args: Args) -> u8 {
         eprintln!("podsweep: --config is required");
         return EXIT_CONFIG;
     };
-    if let Err(e) = init_logging(&args.log_level) {
+    if let Err(e) = init_logging(&args.log_level, args.log_format) {
         eprintln!("podsweep: --log-level: {e}");
         return EXIT_CONFIG;
     }
-    let mut raw = match conf::load(&config, &args.conf) {
-        Ok(raw) => raw,
-        Err(e) => return config_error(&e.to_string()),
-    };
+    let mut overrides = args.conf.clone();
     if args.single_server {
-        raw.insert(keys::HA_SINGLE_SERVER.to_owned(), "true".to_owned());
+        overrides.push(format!("{}=true", crate::config::keys::HA_SINGLE_SERVER));
     }
-    let settings = match Settings::from_map(raw) {
+    let settings = match check::daemon_settings(&config, &overrides) {
         Ok(s) => s,
-        Err(e) => return config_error(&e.to_string()),
+        Err(e) => return config_error(&e),
     };
-    if let Err(e) = crate::kube_client::validate(&settings.raw) {
-        return config_error(&e.to_string());
-    }
-    if settings.kind == CleanupKind::None {
-        return config_error(&format!(
-            "{}: NONE (or unset, and {} is NONE): the daemon would delete nothing; set it to ALL \
-             or COMPLETED",
-            keys::WATCH_KIND,
-            keys::CLEANUP_KIND
-        ));
-    }
-    if let Err(e) = crate::config::require_backend(&settings) {
-        return config_error(&e.to_string());
-    }
     let server_id = args.server_id.clone().unwrap_or_else(host_name);
     let rt = match engine::runtime() {
         Ok(rt) => rt,
@@ -141,10 +141,21 @@ pub fn run(mut args: Args) -> u8 {
 }
 
 fn config_error(message: &str) -> u8 {
-    eprintln!(
+    let message = format!(
         "podsweep: bad configuration: {}",
         crate::config::redact::scrub(message)
     );
+    if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+        let line = serde_json::json!({
+            "timestamp": crate::election::inspect::rfc3339(crate::metrics::epoch_ms() as i64),
+            "level": "ERROR",
+            "target": "podsweep",
+            "message": message,
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("{message}");
+    }
     EXIT_CONFIG
 }
 
@@ -177,9 +188,10 @@ fn host_name() -> String {
     }
 }
 
-/// Logs on stderr: `RUST_LOG` if set, else `level`. kube-rs's own line for every failed request
-/// is left out by default: podsweep logs each watch failure and sums up failed DELETEs itself.
-fn init_logging(level: &str) -> Result<(), String> {
+/// Logs on stderr: `RUST_LOG` if set, else `level`, as text or JSON lines. kube-rs's own line
+/// for every failed request is left out by default: podsweep logs each watch failure and sums up
+/// failed DELETEs itself.
+fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
         Ok(f) => f,
         Err(_) => {
@@ -194,11 +206,25 @@ fn init_logging(level: &str) -> Result<(), String> {
         }
     };
     // A second initialisation (in-process tests) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_writer(|| ScrubbedStderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .try_init();
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Text => {
+            let _ = builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .try_init();
+        }
+        LogFormat::Json => {
+            JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = builder
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .try_init();
+        }
+    }
     Ok(())
 }
 

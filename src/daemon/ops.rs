@@ -5,6 +5,9 @@
 //!   API), whatever runs podsweep: the patched Kyuubi, the drop-in or the daemon.
 //! * `podsweep uninstall --config kyuubi-defaults.conf [--force]`: removes podsweep's nodes (or
 //!   keys) from the HA backend once no server campaigns any more.
+//! * `podsweep check --config kyuubi-defaults.conf`: the daemon's own checks of a configuration,
+//!   offline (nothing is contacted): exit 0 with a summary of what the daemon would do, or 2 with
+//!   the refusal, naming the key.
 //! * `podsweep copy-jars DIR`: copies the jars the container image carries into `DIR` (an init
 //!   container filling a volume on Kyuubi's class path; the image has no shell to `cp` with).
 //!
@@ -50,6 +53,19 @@ pub enum Command {
         /// Removes them even while servers campaign (they lose their seats and campaign again).
         #[arg(long)]
         force: bool,
+    },
+    /// Checks a configuration as the daemon would at start, offline (no HA backend, no API
+    /// server): prints what the daemon would do, or the refusal naming its key (exit 2).
+    Check {
+        /// Kyuubi's configuration file (kyuubi-defaults.conf).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Sets one key over the file's value; may be repeated.
+        #[arg(long = "conf", value_name = "KEY=VALUE")]
+        conf: Vec<String>,
+        /// As the daemon's --single-server (ha.singleServer=true).
+        #[arg(long)]
+        single_server: bool,
     },
     /// Copies the jars the image carries (the podsweep jar for Linux and the Kyuubi drop-in) into
     /// DIR, for an init container that fills a volume on Kyuubi's class path.
@@ -107,6 +123,25 @@ pub fn run(command: Command) -> u8 {
                     layout.root, layout.backend, layout.addresses, r.deleted
                 )),
                 Ok(Err(e)) | Err(e) => fail(&e.to_string()),
+            }
+        }
+        Command::Check {
+            config,
+            mut conf,
+            single_server,
+        } => {
+            if single_server {
+                conf.push(format!("{}=true", crate::config::keys::HA_SINGLE_SERVER));
+            }
+            match super::check::daemon_settings(&config, &conf) {
+                Ok(settings) => print(&super::check::summary(&config, &settings)),
+                Err(e) => {
+                    eprintln!(
+                        "podsweep: bad configuration: {}",
+                        crate::config::redact::scrub(&e)
+                    );
+                    EXIT_CONFIG
+                }
             }
         }
         Command::CopyJars { dir, from } => match copy_jars(&from, &dir) {

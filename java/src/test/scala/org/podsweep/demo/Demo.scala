@@ -20,7 +20,7 @@ import org.podsweep.testkit.{EtcdBackend, EtcdServer, HaBackend, ZooKeeperBacken
  * `--podsweep` picks how podsweep reaches Kyuubi in phase 2 (see [[Phases.Spec]]); the API server is
  * the fabric8 CRUD mock for `patch` and [[org.podsweep.testkit.PodsApi]] (which serves the HTTP
  * watches podsweep's own watch needs) otherwise, unless `--api` says which.
- * The report (a table, then one JSON line) goes to stdout and, with --out, to FILE. With --report,
+ * The report (a table, then one JSON line) goes to FILE with --out, else to stdout. With --report,
  * the podsweep phase includes a failover (pods terminate in two waves; the first scope's leader is
  * closed while the first wave is being cleaned) and DIR gets `report.txt` (the same report) and
  * `timeline.svg` (leaders per scope and DELETEs per server over time, see [[TimelineSvg]]).
@@ -246,8 +246,12 @@ object Demo {
     ) ++ failover)
     line(json)
     val text = out.toString
-    print(text)
-    System.out.flush()
+    // scripts/demo prints the report it reads back from --out or --report (stamped): printing it
+    // here too showed the table twice.
+    if (a.out.isEmpty && a.reportDir.isEmpty) {
+      print(text)
+      System.out.flush()
+    }
     a.out.foreach(write(_, text))
     a.reportDir.foreach { d =>
       write(new File(d, "report.txt"), text)
