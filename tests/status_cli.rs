@@ -24,6 +24,8 @@ use serde_json::Value;
 const NAMESPACES: [&str; 2] = ["spark-a", "spark-b"];
 const SERVERS: [&str; 3] = ["kyuubi-0:10009", "kyuubi-1:10009", "kyuubi-2:10009"];
 const LONG: Duration = Duration::from_secs(40);
+/// A server that campaigns in no scope.
+const IDLE: &str = "kyuubi-3:10009";
 
 fn conf_pairs(api: &PodsApi, ha: &[(String, String)]) -> Vec<(String, String)> {
     let mut pairs: Vec<(String, String)> = [
@@ -110,6 +112,16 @@ fn scope_entry<'a>(v: &'a Value, ns: &str) -> &'a Value {
     entry_of(v, ns, 1)
 }
 
+/// The servers a reading says run (the servers' own election).
+fn servers_running(v: &Value) -> BTreeSet<String> {
+    v["servers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no servers in {v}"))
+        .iter()
+        .map(|p| p["server"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn participants(s: &Value) -> BTreeSet<String> {
     s["participants"]
         .as_array()
@@ -130,6 +142,14 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
         .iter()
         .map(|id| (id.to_string(), server(&pairs, id)))
         .collect();
+    // A fourth server whose informer saw no driver pod: it campaigns in no scope (as a server
+    // whose scopes were released when idle), yet it runs, and its next pod event would start a
+    // campaign again under whatever is left in the backend.
+    let idle = {
+        let raw: HashMap<String, String> = pairs.iter().cloned().collect();
+        let settings = Settings::from_map(raw).unwrap();
+        Arc::new(Engine::new(settings, IDLE, tokio::runtime::Handle::current()).unwrap())
+    };
     wait_for("a leader per scope", LONG, || {
         NAMESPACES
             .iter()
@@ -146,6 +166,20 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
     })
     .await;
     assert_eq!(reading["backend"], backend);
+    let running: BTreeSet<String> = SERVERS
+        .iter()
+        .chain([&IDLE])
+        .map(|s| s.to_string())
+        .collect();
+    wait_for(
+        "every server, the idle one too, reads as running",
+        LONG,
+        || {
+            reading = status_json(conf);
+            servers_running(&reading) == running
+        },
+    )
+    .await;
     // Each namespace: the cluster's election, and podsweep 0.1's URL-keyed one won before it.
     assert_eq!(reading["scopes"].as_array().unwrap().len(), 4, "{reading}");
     let all: BTreeSet<String> = SERVERS.iter().map(|s| s.to_string()).collect();
@@ -240,13 +274,34 @@ async fn fleet_status(backend: &str, ha: Vec<(String, String)>, since_is_known: 
     for (_, e) in servers.drain(..) {
         e.close_async(Duration::from_secs(5)).await;
     }
-    wait_for("no participant left", LONG, || {
+    wait_for("no participant left but the idle server", LONG, || {
         reading = status_json(conf);
         reading["scopes"]
             .as_array()
             .unwrap()
             .iter()
             .all(|s| s["participants"].as_array().unwrap().is_empty())
+            && servers_running(&reading) == BTreeSet::from([IDLE.to_owned()])
+    })
+    .await;
+    // The idle server still runs: uninstall refuses (before issue 32 it removed everything under
+    // it, since no scope had a participant).
+    let (code, out, err) = podsweep(&["uninstall", "--config", conf]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("1 server(s) running"), "{err}");
+    let (_, table, _) = podsweep(&["status", "--config", conf]);
+    assert!(
+        table.contains(&format!("servers running: 1 ({IDLE})")),
+        "{table}"
+    );
+    println!(
+        "podsweep uninstall ({backend}, one idle server running): {}",
+        err.trim()
+    );
+    idle.close_async(Duration::from_secs(5)).await;
+    wait_for("no server left", LONG, || {
+        reading = status_json(conf);
+        servers_running(&reading).is_empty()
     })
     .await;
     let (code, out, err) = podsweep(&["uninstall", "--config", conf]);

@@ -108,7 +108,10 @@ pub fn summary(file: &Path, settings: &Settings) -> String {
         })
         .unwrap_or_default();
     let ha = match &settings.ha {
-        HaSettings::Local => "none: every daemon cleans on its own".to_owned(),
+        HaSettings::Local => format!(
+            "none: this daemon alone ({} = true)",
+            keys::HA_SINGLE_SERVER
+        ),
         HaSettings::ZooKeeper(z) => {
             format!("zookeeper at {} (namespace {})", z.addresses, z.namespace)
         }
@@ -140,7 +143,24 @@ mod tests {
             .collect();
         m.insert(keys::WATCH_ENABLED.to_owned(), "true".to_owned());
         m.insert(keys::WATCH_KIND.to_owned(), "ALL".to_owned());
+        m.entry(keys::HA_ADDRESSES.to_owned())
+            .or_insert_with(|| "zk-0:2181".to_owned());
         m
+    }
+
+    #[test]
+    fn no_ha_backend_is_refused_unless_the_daemon_runs_alone() {
+        let mut alone = raw(&[(keys::KUBE_NAMESPACE, "spark")]);
+        alone.remove(keys::HA_ADDRESSES);
+        let e = validate(alone.clone()).unwrap_err();
+        assert!(e.starts_with(keys::HA_SINGLE_SERVER), "{e}");
+        alone.insert(keys::HA_SINGLE_SERVER.to_owned(), "true".to_owned());
+        let s = validate(alone).unwrap();
+        let text = summary(Path::new("k.conf"), &s);
+        assert!(
+            text.contains("HA backend     none: this daemon alone"),
+            "{text}"
+        );
     }
 
     #[test]

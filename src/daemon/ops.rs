@@ -112,9 +112,11 @@ pub fn run(command: Command) -> u8 {
             if live > 0 && !force {
                 eprint!("{}", table(&layout, crate::metrics::epoch_ms() as i64));
                 return fail(&format!(
-                    "{live} participant(s) still campaign in {}: stop every server (Kyuubi with \
-                     the patch or the drop-in, and the daemons) first, or pass --force",
-                    layout.root
+                    "{live} participant(s) still campaign in {} ({} server(s) running, idle ones \
+                     included): stop every server (Kyuubi with the patch or the drop-in, and the \
+                     daemons) first, or pass --force",
+                    layout.root,
+                    layout.servers.len()
                 ));
             }
             match block_on(inspect::remove(&settings.ha)) {
@@ -223,6 +225,16 @@ pub fn table(layout: &Layout, now_ms: i64) -> String {
         layout.elections.len(),
         layout.root
     );
+    let servers: Vec<&str> = layout.servers.iter().map(|c| c.server.as_str()).collect();
+    out.push_str(&format!(
+        "servers running: {}{}\n",
+        servers.len(),
+        if servers.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", servers.join(", "))
+        }
+    ));
     for e in &layout.elections {
         out.push_str(&format!("\nscope {}\n", e.scope_name()));
         out.push_str(match e.layout() {
@@ -310,8 +322,15 @@ mod tests {
                 ],
                 leader_since_ms: Some(1_500),
             }],
+            servers: vec![Candidate {
+                server: "kyuubi-2:10009".into(),
+                node: "_c_c-latch-0000000001".into(),
+                joined_ms: Some(500),
+            }],
         };
         let t = table(&layout, 1_500 + 192_000);
+        assert!(t.contains("servers running: 1 (kyuubi-2:10009)"), "{t}");
+        assert_eq!(layout.candidates(), 3, "idle servers count for uninstall");
         assert!(t.contains("scope <default context>:spark"), "{t}");
         assert!(
             t.contains("leader        kyuubi-0:10009  since 1970-01-01T00:00:01.500Z (3m 12s ago)"),

@@ -28,7 +28,9 @@
 
 use crate::config::HaSettings;
 
-pub use super::layout::{rfc3339, Candidate, Election, InspectError, Layout, Removed};
+pub use super::layout::{
+    presence_scope, rfc3339, Candidate, Election, InspectError, Layout, Removed,
+};
 use super::{etcd, zookeeper};
 
 /// Reads every scope's election from the HA backend of `ha`.
@@ -42,6 +44,7 @@ pub async fn read(ha: &HaSettings) -> Result<Layout, InspectError> {
         HaSettings::ZooKeeper(zk) => zookeeper::inspect::read(zk).await?,
         HaSettings::Etcd(e) => etcd::inspect::read(e).await?,
     };
+    layout.split_servers();
     layout
         .elections
         .sort_by_key(|e| (e.scope_name(), e.path.clone()));

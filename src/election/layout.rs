@@ -91,12 +91,32 @@ pub struct Layout {
     pub root: String,
     /// Sorted by scope name.
     pub elections: Vec<Election>,
+    /// The servers running now, idle or not: the candidates of the servers' own election
+    /// ([`presence_scope`]), in which every server with an HA backend campaigns for its whole
+    /// life.
+    pub servers: Vec<Candidate>,
 }
 
 impl Layout {
-    /// Every candidate of every election (a running server campaigns in each of its scopes).
+    /// Every candidate of every election (a running server campaigns in each of its scopes),
+    /// and every running server (one whose scopes are all idle too).
     pub fn candidates(&self) -> usize {
-        self.elections.iter().map(|e| e.candidates.len()).sum()
+        self.elections
+            .iter()
+            .map(|e| e.candidates.len())
+            .sum::<usize>()
+            + self.servers.len()
+    }
+
+    /// Takes the servers' own election ([`presence_scope`]) out of [`Layout::elections`] into
+    /// [`Layout::servers`].
+    pub(crate) fn split_servers(&mut self) {
+        let presence = Some(presence_scope());
+        let (servers, scopes): (Vec<Election>, Vec<Election>) = std::mem::take(&mut self.elections)
+            .into_iter()
+            .partition(|e| e.scope == presence);
+        self.elections = scopes;
+        self.servers = servers.into_iter().flat_map(|e| e.candidates).collect();
     }
 
     pub fn json(&self) -> Value {
@@ -106,8 +126,23 @@ impl Layout {
             "root": self.root,
             "read_at_ms": crate::metrics::epoch_ms(),
             "scopes": self.elections.iter().map(Election::json).collect::<Vec<_>>(),
+            "servers": self.servers.iter().map(|c| json!({
+                "server": c.server,
+                "node": c.node,
+                "joined_ms": c.joined_ms,
+                "joined": c.joined_ms.map(rfc3339),
+            })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The election every server with an HA backend campaigns in from its start to its end, whatever
+/// its scopes do (an idle scope releases its own election): it tells `podsweep uninstall` and
+/// `podsweep status` which servers run. Its leader does nothing. Its name (`c=podsweep%3Aservers.n`)
+/// decodes to no Kubernetes context podsweep would elect under: a context named `podsweep:servers`
+/// with no namespace.
+pub fn presence_scope() -> Scope {
+    Scope::new(Some("podsweep:servers"), None)
 }
 
 /// What [`remove`] deleted.

@@ -167,6 +167,11 @@ pub struct Engine {
     /// The leaders' scope-wide watches beside the JVM's informers (`scopeWatch`: informers that
     /// see only their own server's pods); they add events and drop nothing.
     scope_watches: Option<Watches>,
+    /// This server's seat in the servers' own election
+    /// ([`crate::election::inspect::presence_scope`]) for the engine's whole life, idle scopes
+    /// or not, so `podsweep uninstall` never removes what a running server uses. `None` without
+    /// an HA backend, and once closed.
+    presence: std::sync::Mutex<Option<ElectionHandle>>,
 }
 
 impl Engine {
@@ -356,13 +361,33 @@ impl Engine {
             closed: AtomicBool::new(false),
             watches,
             scope_watches,
+            presence: std::sync::Mutex::new(None),
         };
+        engine.join_presence();
         engine.start_watched_scopes();
         engine.start_configured_scopes();
         Ok(engine)
     }
 
     /// Self-watch mode: every configured scope the allow lists accept campaigns at once.
+    /// Campaigns in the servers' own election until the engine closes (with an HA backend).
+    fn join_presence(&self) {
+        if self.backend.name() == "local" {
+            return;
+        }
+        let scope = crate::election::inspect::presence_scope();
+        let _rt = self.rt.enter();
+        let handle = ElectionHandle::supervised_as(
+            &self.backend,
+            scope.clone(),
+            crate::identity::fixed_keys(scope),
+            self.identity.clone(),
+            Arc::new(ScopeMetrics::default()),
+            Duration::from_secs(120),
+        );
+        *self.presence.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    }
+
     fn start_watched_scopes(&self) {
         let (Some(w), Some(watches)) = (&self.settings.watch, &self.watches) else {
             return;
@@ -850,6 +875,13 @@ impl Engine {
         if let Some(w) = &self.scope_watches {
             watches.extend(w.stop_all());
         }
+        // Its seat in the servers' own election goes with it.
+        drop(
+            self.presence
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         let handles: Vec<ScopeHandle> = scopes.drain().map(|(_, h)| h).collect();
         // Their tasks are gone: what they were told is of no use any more.

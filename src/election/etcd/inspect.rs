@@ -103,6 +103,7 @@ pub(crate) async fn read(s: &EtcdSettings) -> Result<Layout, InspectError> {
         addresses: s.endpoints.join(","),
         root: podsweep_root(&s.namespace),
         elections,
+        servers: Vec::new(),
     })
 }
 

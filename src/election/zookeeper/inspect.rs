@@ -109,6 +109,7 @@ pub(crate) async fn read(s: &ZkSettings) -> Result<Layout, InspectError> {
         addresses: s.addresses.clone(),
         root: podsweep_root(&s.namespace),
         elections,
+        servers: Vec::new(),
     })
 }
 
