@@ -168,6 +168,16 @@ impl Engine {
         v["election_key_kind"] = election.as_ref().map(|e| e.kind).into();
         v["election_legacy"] = election.as_ref().and_then(|e| e.legacy.clone()).into();
         v["election_layout"] = crate::identity::LAYOUT.into();
+        // As numbers, for Kyuubi's gauges: the layout of the election the scope leads in (2: the
+        // cluster's key, 1: a URL key) and whether podsweep 0.1's election is won first.
+        v["election_key_layout"] = election
+            .as_ref()
+            .map(|e| if e.kind == "cluster" { 2 } else { 1 })
+            .into();
+        v["election_legacy_first"] = election
+            .as_ref()
+            .map(|e| u64::from(e.legacy.is_some()))
+            .into();
         v["election_scope"] = election.map_or_else(|| key.to_string(), |e| e.key).into();
         v["backend"] = self.backend.name().into();
         v["server_id"] = self.identity.current().into();

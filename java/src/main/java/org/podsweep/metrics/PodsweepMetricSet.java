@@ -32,6 +32,9 @@ import org.podsweep.ScopeStatus;
  *   <li>retention: {@code capped} (pods deleted before their retain period because the scope was
  *       over its cap), {@code kept} (pods kept by {@code podsweep.org/keep} now), {@code
  *       annotations_malformed} (pods whose annotations could not be read);
+ *   <li>the election: {@code election.layout} (2 while the scope is elected under the cluster's
+ *       key, 1 under its API server URL; null until the key is read) and {@code election.legacy}
+ *       (1 while podsweep 0.1's URL-keyed election is won first, {@code ha.legacyElection});
  *   <li>Kubernetes Events ({@code events.enabled}): {@code events.sent}, {@code events.failed} (the
  *       API server refused them), {@code events.dropped} (left out by {@code events.qps});
  *   <li>{@code deletes.sent} and one {@code deletes.<outcome>} per outcome class: {@code accepted},
@@ -129,6 +132,8 @@ public final class PodsweepMetricSet implements MetricSet {
     m.put("events.sent", "events_sent");
     m.put("events.failed", "events_failed");
     m.put("events.dropped", "events_dropped");
+    m.put("election.layout", "election_key_layout");
+    m.put("election.legacy", "election_legacy_first");
     COUNTS = Collections.unmodifiableMap(m);
   }
 

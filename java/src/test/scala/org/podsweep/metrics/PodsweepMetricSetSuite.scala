@@ -17,7 +17,7 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
     "inflight", "retries", "cancelled", "oldest_overdue_ms", "deletes.sent", "healthy", "lag.count",
     "lag.p50_seconds", "lag.p99_seconds", "lag.max_seconds", "paused", "pause_ms", "paused_until_ms", "restarts",
     "queued", "queued_max", "capped", "kept", "annotations_malformed", "events.sent", "events.failed",
-    "events.dropped") ++
+    "events.dropped", "election.layout", "election.legacy") ++
     PodsweepMetricSet.OUTCOMES.asScala.map("deletes." + _) ++ PodsweepMetricSet.PAUSES.asScala.map(r => s"pause.${r}_ms")
 
   private def value(r: MetricRegistry, name: String): Any = {
@@ -56,6 +56,10 @@ class PodsweepMetricSetSuite extends AnyFunSuite {
       // Issue 32: the retention and Events counters of the status are gauges too.
       Seq("capped", "kept", "annotations_malformed", "events.sent", "events.failed", "events.dropped")
         .foreach(n => assert(value(registry, s"$base.$n") == 0L, n))
+      // The election's key: this local sweeper's scopes are elected under their own (URL) key,
+      // with no podsweep 0.1 election before it.
+      eventually(assert(value(registry, s"$base.election.layout") == 1L))
+      assert(value(registry, s"$base.election.legacy") == 0L)
       assert(value(registry, s"$base.lag.p50_seconds").asInstanceOf[Double].isNaN) // no DELETE yet
       assert(value(registry, s"$base.lag.max_seconds") == 0.0)
       assert(value(registry, "kyuubi.kubernetes.cleanup.log_records_dropped").asInstanceOf[Long] >= 0)
