@@ -158,6 +158,8 @@ async fn log_format_json_writes_one_json_object_per_line() {
             "127.0.0.1:0",
         ])
         .args(["--conf", &format!("{NS_KEY}=spark"), "--log-format", "json"])
+        // One daemon and no HA backend in this file: it runs alone.
+        .arg("--single-server")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&stderr_path).unwrap())

@@ -27,6 +27,7 @@ async fn failures_are_summarised_per_scope_not_logged_per_pod() {
     f.observe_finished("s9-", 30, EventKind::Update, 600);
     let t0 = Instant::now();
     let mut answered = 0;
+    let mut last = Duration::ZERO;
     while Instant::now().duration_since(t0) < Duration::from_secs(600) {
         let Some((path, _, send)) = f.next_delete(Duration::from_secs(120)).await else {
             break;
@@ -38,8 +39,14 @@ async fn failures_are_summarised_per_scope_not_logged_per_pod() {
             send.send_response(status_reply(503, "ServiceUnavailable", None));
         }
         answered += 1;
+        last = Instant::now().duration_since(t0);
     }
-    assert!(answered >= 200, "retried all along: {answered}");
+    // 401s are refusals (issue 32: one probe per forbidden.retryInterval while they last), 503s
+    // are retried with backoff: fewer answers than one per retry of each pod, but to the end.
+    assert!(
+        answered >= 10 && last >= Duration::from_secs(540),
+        "retried all along: {answered} answers, the last at {last:?}"
+    );
     let ours = logs.messages(2, "driver-s9-");
     let summaries = ours.iter().filter(|(_, m)| m.contains("pod(s)")).count();
     assert_eq!(summaries, ours.len(), "only summaries: {ours:#?}");

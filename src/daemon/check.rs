@@ -41,8 +41,8 @@ pub fn validate(raw: HashMap<String, String>) -> Result<Settings, String> {
             keys::CLEANUP_KIND
         ));
     }
-    crate::config::require_backend(&settings).map_err(|e| e.to_string())?;
     check_namespaces(&settings)?;
+    crate::config::require_backend(&settings).map_err(|e| e.to_string())?;
     Ok(settings)
 }
 

@@ -119,7 +119,7 @@ pub fn run(command: Command) -> u8 {
                     layout.servers.len()
                 ));
             }
-            match block_on(inspect::remove(&settings.ha)) {
+            match block_on(inspect::remove(&settings.ha, force)) {
                 Ok(Ok(r)) => print(&format!(
                     "removed {} from {} at {}: {} node(s)/key(s) deleted\n",
                     layout.root, layout.backend, layout.addresses, r.deleted

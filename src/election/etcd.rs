@@ -152,6 +152,10 @@ fn leaders_root(settings: &EtcdSettings) -> String {
 }
 
 impl Backend for EtcdBackend {
+    fn lists_servers(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "etcd"
     }

@@ -53,15 +53,16 @@ pub async fn read(ha: &HaSettings) -> Result<Layout, InspectError> {
 
 /// Deletes everything podsweep keeps under `/<kyuubi.ha.namespace>-podsweep/` in the HA backend
 /// of `ha`. Callers check first that no server campaigns ([`read`]): a running server would
-/// lose its seat and campaign again.
+/// lose its seat and campaign again. With `force` (servers may run) a ZooKeeper directory that
+/// gets a new node while it is removed is walked again, a bounded number of times.
 ///
 /// # Errors
 /// As [`read`], or a node or key that cannot be deleted (its path is named).
-pub async fn remove(ha: &HaSettings) -> Result<Removed, InspectError> {
+pub async fn remove(ha: &HaSettings, force: bool) -> Result<Removed, InspectError> {
     match ha {
         HaSettings::Local => Err(no_backend()),
-        HaSettings::ZooKeeper(zk) => zookeeper::inspect::remove(zk).await,
-        HaSettings::Etcd(e) => etcd::inspect::remove(e).await,
+        HaSettings::ZooKeeper(zk) => zookeeper::inspect::remove(zk, force).await,
+        HaSettings::Etcd(e) => etcd::inspect::remove(e, force).await,
     }
 }
 

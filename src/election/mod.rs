@@ -207,6 +207,13 @@ pub trait Backend: Send + Sync + 'static {
     fn out_of_contact(&self, _identity: &str) -> bool {
         false
     }
+
+    /// Whether every server campaigns in the servers' own election for its whole life
+    /// ([`inspect::presence_scope`]), so that `podsweep status` and `podsweep uninstall` see the
+    /// servers whose scopes are all idle: ZooKeeper and etcd, the backends those verbs read.
+    fn lists_servers(&self) -> bool {
+        false
+    }
 }
 
 /// A request to give up leadership for a while.

@@ -370,9 +370,10 @@ impl Engine {
     }
 
     /// Self-watch mode: every configured scope the allow lists accept campaigns at once.
-    /// Campaigns in the servers' own election until the engine closes (with an HA backend).
+    /// Campaigns in the servers' own election until the engine closes (on ZooKeeper and etcd,
+    /// [`Backend::lists_servers`]).
     fn join_presence(&self) {
-        if self.backend.name() == "local" {
+        if !self.backend.lists_servers() {
             return;
         }
         let scope = crate::election::inspect::presence_scope();

@@ -468,7 +468,10 @@ fn role_of(name: &str, delete: bool) -> k8s_openapi::api::rbac::v1::Role {
         "metadata": {"name": name},
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": verbs},
-            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            // The cluster's identity (the election key), as docs/kyuubi-integration.md grants it.
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["kube-root-ca.crt"],
+             "verbs": ["get"]}
         ]
     }))
     .unwrap()

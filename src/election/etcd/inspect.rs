@@ -107,7 +107,8 @@ pub(crate) async fn read(s: &EtcdSettings) -> Result<Layout, InspectError> {
     })
 }
 
-pub(crate) async fn remove(s: &EtcdSettings) -> Result<Removed, InspectError> {
+/// `_force`: one prefix delete removes whatever is there, campaigning servers' keys included.
+pub(crate) async fn remove(s: &EtcdSettings, _force: bool) -> Result<Removed, InspectError> {
     let mut client = connect(s).await?;
     let prefix = format!("{}/", podsweep_root(&s.namespace));
     let deleted = bounded(client.delete(prefix.as_str(), Some(DeleteOptions::new().with_prefix())))

@@ -113,10 +113,15 @@ pub(crate) async fn read(s: &ZkSettings) -> Result<Layout, InspectError> {
     })
 }
 
-pub(crate) async fn remove(s: &ZkSettings) -> Result<Removed, InspectError> {
+/// How many times `--force` walks a directory again that got a new child (a live server
+/// campaigning again) while it was being removed.
+const FORCE_REWALKS: u32 = 20;
+
+pub(crate) async fn remove(s: &ZkSettings, force: bool) -> Result<Removed, InspectError> {
     let client = session(s).await?;
     let root = podsweep_root(&s.namespace);
     let mut removed = Removed::default();
+    let mut rewalks = 0;
     // Depth first, iteratively: every node's children before the node.
     let mut stack = vec![(root, false)];
     while let Some((path, expanded)) = stack.pop() {
@@ -130,6 +135,11 @@ pub(crate) async fn remove(s: &ZkSettings) -> Result<Removed, InspectError> {
         match bounded("delete", &path, client.delete(&path, None)).await? {
             Ok(()) => removed.deleted += 1,
             Err(ZkError::NoNode) => {}
+            // Forced under live servers: one campaigned again meanwhile; its node goes too.
+            Err(ZkError::NotEmpty) if force && rewalks < FORCE_REWALKS => {
+                rewalks += 1;
+                stack.push((path, false));
+            }
             Err(ZkError::NotEmpty) => {
                 return Err(InspectError(format!(
                     "ZooKeeper: {path} got a new child while it was being removed: a server still \

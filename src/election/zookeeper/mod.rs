@@ -134,6 +134,10 @@ fn latch_dir(settings: &ZkSettings, scope: &Scope) -> String {
 }
 
 impl Backend for ZooKeeperBackend {
+    fn lists_servers(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "zookeeper"
     }
