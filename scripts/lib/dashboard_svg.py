@@ -81,7 +81,7 @@ def nice(v):
     if v <= 0:
         return 1.0
     for e in range(-3, 7):
-        for m in (1, 2, 2.5, 5, 7.5):
+        for m in (1, 2, 4, 6, 8):
             c = m * 10 ** e
             if c >= v:
                 return c
