@@ -220,12 +220,39 @@ def main():
     out.append("</svg>")
     with open(svg_path, "w") as f:
         f.write("\n".join(out) + "\n")
+    def at(t):
+        return round(t, 1)
+
+    series = {}
+    for title, _, lines, kind in panels:
+        series[title] = {}
+        for label, pts in lines:
+            nonzero = [t for t, v in pts if v > 0]
+            row = {"max": round(max((v for _, v in pts), default=0), 3), "last": round(pts[-1][1], 3) if pts else 0}
+            if kind == "state":
+                row["unhealthy_from_s"] = next((at(t) for t, v in pts if v < 1), None)
+            elif nonzero:
+                row.update({"first_nonzero_s": at(nonzero[0]), "last_nonzero_s": at(nonzero[-1]),
+                            "max_at_s": at(max(pts, key=lambda p: p[1])[0])})
+            series[title][label] = row
+
+    def since(iso_time):
+        if not iso_time:
+            return None
+        ts = datetime.strptime(iso_time, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        return at(ts - t_start)
+
+    conf = run.get("conf", {})
     line = {"what": "dashboard picture", "svg": os.path.basename(svg_path), "commit": commit,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "api_server": run["api_server"], "daemon": run["daemon"], "daemon_commit": run.get("daemon_commit"),
             "run_started": run["started"], "run_ended": run["ended"], "scrapes": len(scrapes),
             "scrape_every_s": run["scrape_every_s"], "pods_created": run["pods_created"],
-            "audit_deletes": run["audit_deletes"], "panels": [p[0] for p in panels]}
+            "audit_deletes": run["audit_deletes"], "forbidden_pods": run["forbidden_pods"],
+            "burst_at_s": since(run.get("burst_at")), "api_restarted_s": since(run.get("api_restarted")),
+            "rate_limit_qps": float(conf.get("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps", "nan")),
+            "forbidden_retry_interval": conf.get("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.forbidden.retryInterval"),
+            "panels": series}
     print(json.dumps(line))
 
 
