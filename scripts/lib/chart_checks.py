@@ -156,6 +156,24 @@ def runbooks(env, t):
             f"metrics.prometheusRule.runbookBaseUrl prefixes each runbook_url ({urls[0] if urls else ''})")
 
 
+def dashboard(env, t):
+    """metrics.grafanaDashboard: a ConfigMap holding docs/dashboards/podsweep.json as it is (the chart's
+    files/ links to it), labelled for the Grafana sidecar; none by default."""
+    t.check(not any(d["kind"] == "ConfigMap" and d["metadata"]["labels"].get("grafana_dashboard")
+                    for d in objects(env)), "metrics.grafanaDashboard off (the default): no dashboard ConfigMap")
+    docs = objects(env, "--set", "metrics.grafanaDashboard.enabled=true",
+                   "--set", "metrics.grafanaDashboard.namespace=monitoring",
+                   "--set", "metrics.grafanaDashboard.annotations.grafana_folder=Kyuubi")
+    cms = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["labels"].get("grafana_dashboard") == "1"]
+    with open(os.path.join(ROOT, "docs", "dashboards", "podsweep.json")) as f:
+        source = f.read().strip()
+    cm = cms[0] if len(cms) == 1 else {"metadata": {}, "data": {}}
+    t.check(cm["data"].get("podsweep.json") == source and cm["metadata"].get("namespace") == "monitoring"
+            and cm["metadata"].get("annotations") == {"grafana_folder": "Kyuubi"},
+            "metrics.grafanaDashboard: one ConfigMap labelled grafana_dashboard=\"1\" in its namespace, with its "
+            "annotations, holding docs/dashboards/podsweep.json unchanged")
+
+
 def slug(heading):
     """GitHub's anchor of a heading: lower case, punctuation but - and _ dropped, spaces to -."""
     h = heading.strip().lower()
@@ -167,3 +185,4 @@ def all_checks(env, t):
     scopes_and_coordination(env, t)
     rest(env, t)
     runbooks(env, t)
+    dashboard(env, t)
