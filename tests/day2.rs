@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::real_kube::{eventually, RealKube};
+use common::real_kube::{eventually, line_stamp, RealKube};
 use common::zk::ZkServer;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -35,15 +35,6 @@ use serde_json::{json, Value};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-fn stamp() -> Value {
-    json!({
-        "commit": podsweep::build_info::COMMIT,
-        "date": jiff::Timestamp::from_second(
-            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
-        ).unwrap().to_string(),
-        "api_server": format!("kube-apiserver {}", RealKube::shared().version),
-    })
-}
 
 /// A Kyuubi server of the fleet: an engine fed by its own informer (a kube-rs watch of the
 /// namespace's driver pods), as the patched `KubernetesApplicationOperation` feeds it.
@@ -236,7 +227,7 @@ async fn a_canceled_batch_asked_by_a_follower_alone_is_deleted_once_by_the_leade
         servers.iter().map(|s| s.status(ns)).collect::<Vec<_>>()
     );
     let leader_user = RealKube::user_of(&servers[0].id);
-    let line = json!({"test": "day2", "case": "canceled_batch_follower_only", "stamp": stamp(),
+    let line = json!({"test": "day2", "case": "canceled_batch_follower_only", "stamp": line_stamp(),
         "deletes_only_follower": after_ask.len(), "deletes_after_restart": after_restart.len(),
         "seconds_from_ask_to_delete": after_ask.first().map(|d| d.at.duration_since(asked).unwrap_or_default().as_secs_f64()),
         "senders": after_ask.iter().chain(&after_restart).map(|d| d.user.clone()).collect::<Vec<_>>()});
@@ -308,7 +299,7 @@ async fn a_dry_run_leaves_kyuubis_own_delete_and_reports_each_pod_once() {
         "{}",
         servers[next].status(ns)
     );
-    let line = json!({"test": "day2", "case": "dry_run_failover", "stamp": stamp(),
+    let line = json!({"test": "day2", "case": "dry_run_failover", "stamp": line_stamp(),
         "pods": 10, "dry_run_deletes_first_leader": reported_by_first,
         "dry_run_deletes_total": dry().len(), "real_deletes": deletes_per_pod(ns).values().sum::<usize>(),
         "canceled_left_to_kyuubi": true});
@@ -368,7 +359,7 @@ async fn a_server_that_cannot_read_the_identity_holds_and_every_pod_goes_once() 
     let per_pod = deletes_per_pod(ns);
     let senders: std::collections::BTreeSet<String> =
         k.deletes_in(ns).into_iter().map(|d| d.user).collect();
-    let line = json!({"test": "day2", "case": "mixed_rbac_fleet", "stamp": stamp(),
+    let line = json!({"test": "day2", "case": "mixed_rbac_fleet", "stamp": line_stamp(),
         "pods": names.len(), "delete_requests": per_pod.values().sum::<usize>(),
         "max_per_pod": per_pod.values().max(), "senders": senders,
         "held_server": servers[2].status(ns)["health_reason"]});
@@ -443,7 +434,7 @@ async fn the_root_ca_configmap_recreated_mid_run_keeps_one_election() {
         .map(|s| s.status(ns)["election_scope"].clone())
         .collect();
     let per_pod = deletes_per_pod(ns);
-    let line = json!({"test": "day2", "case": "root_ca_recreated", "stamp": stamp(),
+    let line = json!({"test": "day2", "case": "root_ca_recreated", "stamp": line_stamp(),
         "pods": first.len() + second.len(), "delete_requests": per_pod.values().sum::<usize>(),
         "max_per_pod": per_pod.values().max(), "election_keys": keys});
     println!("{line}");

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::real_kube::RealKube;
+use common::real_kube::{line_stamp, RealKube};
 use common::zk::ZkServer;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -275,20 +275,11 @@ async fn roll(ns: &str, extra_new: &str, apart: bool) -> (usize, usize, usize, V
     (pods, per_pod.values().sum(), twice, steps)
 }
 
-fn stamp() -> Value {
-    json!({
-        "commit": podsweep::build_info::COMMIT,
-        "date": jiff::Timestamp::from_second(
-            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
-        ).unwrap().to_string(),
-        "api_server": format!("kube-apiserver {}", RealKube::shared().version),
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_upgrade_from_0_1_and_back_deletes_every_pod_once() {
     let (pods, requests, twice, steps) = roll("d2-upgrade", "", false).await;
-    let line = json!({"test": "day2", "case": "rolling_upgrade_from_0.1.0", "stamp": stamp(),
+    let line = json!({"test": "day2", "case": "rolling_upgrade_from_0.1.0", "stamp": line_stamp(),
         "previous": "0.1.0 (5e75a3a)", "pods": pods, "delete_requests": requests,
         "pods_deleted_twice": twice, "steps": steps});
     println!("{line}");
@@ -308,7 +299,7 @@ async fn without_the_legacy_election_both_builds_lead_during_the_upgrade() {
     )
     .await;
     let line = json!({"test": "day2", "case": "rolling_upgrade_without_legacy_election",
-        "stamp": stamp(), "pods": pods, "delete_requests": requests, "pods_deleted_twice": twice,
+        "stamp": line_stamp(), "pods": pods, "delete_requests": requests, "pods_deleted_twice": twice,
         "steps": steps});
     println!("{line}");
     assert!(twice > 0, "two leaders while both builds run: {line}");

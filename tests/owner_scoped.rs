@@ -14,24 +14,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::owned::{leader, Member, WATCH_SCOPE};
 use common::proxy::Proxy;
-use common::real_kube::{eventually, RealKube};
+use common::real_kube::{eventually, line_stamp, RealKube};
 use common::zk::ZkServer;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use podsweep::config::keys;
 use serde_json::{json, Value};
 
-fn stamp() -> Value {
-    json!({
-        "commit": podsweep::build_info::COMMIT,
-        "date": jiff::Timestamp::from_second(
-            SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64
-        ).unwrap().to_string(),
-        "api_server": format!("kube-apiserver {}", RealKube::shared().version),
-        "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok()
-            .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())),
-    })
-}
 
 /// Terminates a running pod as a kubelet would (Succeeded, finished now).
 async fn finish(k: &RealKube, ns: &str, name: &str) {
@@ -205,7 +194,7 @@ async fn leader_goes(ns: &str, going: Going) -> Value {
         .map(|p| deletes.iter().filter(|d| &d.name == p).count())
         .collect();
     json!({"bench": "owner_scoped", "case": "leader_goes", "going": format!("{going:?}"),
-        "stamp": stamp(), "servers": 3, "leader": leader_id, "pods": all,
+        "stamp": line_stamp(), "servers": 3, "leader": leader_id, "pods": all,
         "pods_left_by_the_leader": last.len(),
         "restarted_followers_known_before": restarted.iter().map(|s| s["known"].clone()).collect::<Vec<_>>(),
         "failover_to_a_watching_leader_s": failover_s.map(|s| (s * 1000.0).round() / 1000.0),
@@ -345,7 +334,7 @@ async fn an_ex_leader_holds_nothing_of_other_owners_pods() {
         json!({"tracked": s["tracked"], "spared": s["spared"],
         "running": s["running"], "watch_only": s["watch_only"]})
     };
-    let figures = json!({"bench": "owner_scoped", "case": "ex_leader", "stamp": stamp(),
+    let figures = json!({"bench": "owner_scoped", "case": "ex_leader", "stamp": line_stamp(),
         "servers": 3, "owners": 3, "shared": 1, "ex_leader": ids[l], "successor": ids[m],
         "takeover_after_cut_s": (takeover_s * 1000.0).round() / 1000.0,
         "ex_leader_leading": per(&before), "ex_leader_following": per(&after),
@@ -503,7 +492,7 @@ async fn idle_scopes_kept_campaigning_cost() {
     let many = idle_fleet(k, "idle-many", 20, Duration::from_secs(300)).await;
     let f = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0);
     let per_scope = |key: &str| ((f(&many, key) - f(&one, key)) / 19.0 * 100.0).round() / 100.0;
-    let figures = json!({"bench": "owner_scoped", "case": "idle_scopes_cost", "stamp": stamp(),
+    let figures = json!({"bench": "owner_scoped", "case": "idle_scopes_cost", "stamp": line_stamp(),
         "zk_session_timeout_ms_granted": 4000, "one_scope": one, "twenty_scopes": many,
         "per_added_scope": {"zk_packets_per_min": per_scope("zk_packets_per_min"),
             "pod_requests_per_min": per_scope("pod_requests_per_min")}});

@@ -192,10 +192,6 @@ impl RealKube {
             serde_json::from_value(json!({"metadata": {"name": role_name}, "rules": rules}))
                 .unwrap();
         let _ = roles.create(&PostParams::default(), &role).await;
-        let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SERVERS_NS);
-        let sa: ServiceAccount =
-            serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-        let _ = sas.create(&PostParams::default(), &sa).await;
         let bindings: Api<ClusterRoleBinding> = Api::all(admin.clone());
         let b: ClusterRoleBinding = serde_json::from_value(json!({
             "metadata": {"name": format!("podsweep-server-{name}")},
@@ -204,19 +200,7 @@ impl RealKube {
         }))
         .unwrap();
         let _ = bindings.create(&PostParams::default(), &b).await;
-        let req = TokenRequest {
-            spec: Some(TokenRequestSpec {
-                audiences: Some(vec![]),
-                expiration_seconds: Some(24 * 3600),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let tr = sas
-            .create_token_request(name, &PostParams::default(), &req)
-            .await
-            .expect("token request");
-        tr.status.and_then(|s| s.token).expect("token")
+        account_token(&admin, name).await
     }
 
     /// ServiceAccounts `names` for servers whose only grant on the pods of `ns` is the Role
@@ -233,10 +217,6 @@ impl RealKube {
             .await;
         let mut tokens = Vec::new();
         for name in names {
-            let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SERVERS_NS);
-            let sa: ServiceAccount =
-                serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-            let _ = sas.create(&PostParams::default(), &sa).await;
             let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), ns);
             let b: RoleBinding = serde_json::from_value(json!({
                 "metadata": {"name": format!("{role}-{name}")},
@@ -245,19 +225,7 @@ impl RealKube {
             }))
             .unwrap();
             let _ = bindings.create(&PostParams::default(), &b).await;
-            let req = TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    audiences: Some(vec![]),
-                    expiration_seconds: Some(24 * 3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let tr = sas
-                .create_token_request(name, &PostParams::default(), &req)
-                .await
-                .expect("token request");
-            tokens.push(tr.status.and_then(|s| s.token).expect("token"));
+            tokens.push(account_token(&admin, name).await);
         }
         tokens
     }
@@ -459,6 +427,44 @@ fn audit_time(v: &serde_json::Value) -> SystemTime {
 }
 
 /// A namespaced Role for podsweep's servers, with or without `delete` on pods.
+/// The ServiceAccount `name` of the servers' namespace (created unless it exists) and a token of
+/// it, valid for a day.
+async fn account_token(admin: &kube::Client, name: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), SERVERS_NS);
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    let _ = sas.create(&PostParams::default(), &sa).await;
+    let req = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![]),
+            expiration_seconds: Some(24 * 3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let tr = sas
+        .create_token_request(name, &PostParams::default(), &req)
+        .await
+        .expect("token request");
+    tr.status.and_then(|s| s.token).expect("token")
+}
+
+/// Where a JSON line of a real-API test comes from: the commit, the date, the API server and
+/// the machine's load (1 minute) as the line is written.
+#[allow(dead_code)]
+pub fn line_stamp() -> serde_json::Value {
+    json!({
+        "commit": podsweep::build_info::COMMIT,
+        "date": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| jiff::Timestamp::from_second(d.as_secs() as i64).ok())
+            .map(|t| t.to_string()),
+        "api_server": format!("kube-apiserver {}", RealKube::shared().version),
+        "loadavg_1m": std::fs::read_to_string("/proc/loadavg").ok()
+            .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())),
+    })
+}
+
 fn role_of(name: &str, delete: bool) -> k8s_openapi::api::rbac::v1::Role {
     let mut verbs = vec!["get", "list", "watch"];
     if delete {
