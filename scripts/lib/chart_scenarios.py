@@ -81,8 +81,15 @@ def rollout(page: Page):
             f["status_json"] = json.loads(r.stdout)
         except ValueError:
             f["status_json"] = r.stdout + r.stderr
-        t.check(isinstance(f["status_json"], dict) and len(f["status_json"]["scopes"][0]["participants"]) == 2,
-                "podsweep status --json (the image): one scope, 2 participants", r.stdout + r.stderr)
+        # Each namespace has two elections (layout 1, which every 0.2 server wins first, and
+        # layout 2, which only that winner joins); both daemons run.
+        sj = f["status_json"]
+        t.check(isinstance(sj, dict)
+                and [len(e["participants"]) for e in sj["scopes"] if e.get("layout") == 1] == [2]
+                and [len(e["participants"]) for e in sj["scopes"] if e.get("layout") == 2] == [1]
+                and len(sj.get("servers", [])) == 2,
+                "podsweep status --json (the image): layout 1 with 2 participants, layout 2 with its "
+                "leader, 2 servers running", r.stdout + r.stderr)
 
     def go_no_go(p, code, out, err):
         names = s["names"]
