@@ -35,7 +35,6 @@ use serde_json::{json, Value};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
-
 /// A Kyuubi server of the fleet: an engine fed by its own informer (a kube-rs watch of the
 /// namespace's driver pods), as the patched `KubernetesApplicationOperation` feeds it.
 struct Server {

@@ -275,7 +275,6 @@ async fn roll(ns: &str, extra_new: &str, apart: bool) -> (usize, usize, usize, V
     (pods, per_pod.values().sum(), twice, steps)
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_upgrade_from_0_1_and_back_deletes_every_pod_once() {
     let (pods, requests, twice, steps) = roll("d2-upgrade", "", false).await;

@@ -21,7 +21,6 @@ use kube::api::Api;
 use podsweep::config::keys;
 use serde_json::{json, Value};
 
-
 /// Terminates a running pod as a kubelet would (Succeeded, finished now).
 async fn finish(k: &RealKube, ns: &str, name: &str) {
     let api: Api<Pod> = Api::namespaced(k.admin().await, ns);

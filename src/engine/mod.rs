@@ -876,13 +876,16 @@ impl Engine {
         if let Some(w) = &self.scope_watches {
             watches.extend(w.stop_all());
         }
-        // Its seat in the servers' own election goes with it.
-        drop(
-            self.presence
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        // Its seat in the servers' own election goes with it, awaited like the scopes' elections,
+        // so `podsweep uninstall` run right after the stop finds no server left.
+        let presence = self
+            .presence
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(p) = presence {
+            watches.push(self.rt.spawn(p.close()));
+        }
         let mut scopes = self.scopes.write().unwrap_or_else(|p| p.into_inner());
         let handles: Vec<ScopeHandle> = scopes.drain().map(|(_, h)| h).collect();
         // Their tasks are gone: what they were told is of no use any more.
