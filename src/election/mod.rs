@@ -436,6 +436,15 @@ impl ElectionHandle {
                 .is_ok()
     }
 
+    /// The elections whose participants could take this scope over: podsweep 0.1's, which every
+    /// server joins first ([`crate::identity`], layout 1), and the scope's own, which only that
+    /// election's winner joins. Empty until the keys are read.
+    pub fn participant_keys(&self) -> Vec<Scope> {
+        self.keys()
+            .map(|k| k.legacy.into_iter().chain([k.key]).collect())
+            .unwrap_or_default()
+    }
+
     /// The keys the election runs under now (`None` until they are read).
     pub fn keys(&self) -> Option<ElectionKeys> {
         self.keys.borrow().clone()

@@ -99,12 +99,20 @@ impl Sweeper {
         }
         if self.refusals.probe_at().is_some() {
             if let Some((store, key, _)) = self.election.shared() {
-                // Whether another server could do better: read the election and the record.
+                // Whether another server could do better: read the elections and the record.
                 if self.handover.calls.is_empty() {
                     let reason = reason.clone();
+                    // With layout 1 won first, the other servers wait in that election, not in
+                    // the scope's own (which only its winner joins).
+                    let elections = self.election.participant_keys();
                     self.handover.calls.spawn(async move {
                         let read = async {
-                            let who = store.participants(&key).await?;
+                            let mut who = Vec::new();
+                            for election in &elections {
+                                who.extend(store.participants(election).await?);
+                            }
+                            who.sort();
+                            who.dedup();
                             let refused = store.list(&key, Shelf::Refused).await?;
                             Ok((who, refused))
                         };

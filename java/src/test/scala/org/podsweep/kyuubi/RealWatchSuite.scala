@@ -122,6 +122,9 @@ class RealWatchSuite extends AnyFunSuite with BeforeAndAfterAll {
     KyuubiHome.dropinMissing.foreach(w => cancel(w))
     val ha = HaBackend.start("zookeeper")
     val ns = "watch-dropin"
+    // The namespace exists before its servers start, as in a cluster (its kube-root-ca.crt names
+    // the cluster the election is keyed by; a server that cannot read it holds the scope).
+    kube.ensureNamespace(ns)
     val conf = (name: String) => KyuubiServer.conf(name, kube, Seq(ns), 2000) ++ ha.kyuubiConf ++
       Map("kyuubi.ha.namespace" -> "kyuubi-real-watch-dropin", P + "kind" -> "NONE", P + "watch.kind" -> "ALL")
     val fleet = (1 to 2).map(i => new KyuubiServer(s"dropin-$i", KyuubiHome.Dropin, conf(s"dropin-$i"), logDir,
@@ -140,6 +143,7 @@ class RealWatchSuite extends AnyFunSuite with BeforeAndAfterAll {
     PodsweepDaemon.missing.foreach(w => cancel(w))
     val ha = HaBackend.start("etcd")
     val ns = "watch-daemon"
+    kube.ensureNamespace(ns)
     val fleet = (1 to 2).map { i =>
       val name = s"daemon-$i"
       new PodsweepDaemon(name, kube.clientConf(name) ++ Map(

@@ -13,14 +13,15 @@ import org.scalatest.funsuite.AnyFunSuite
 import org.scalatest.time.{Millis, Seconds, Span}
 
 /**
- * The RBAC the operator docs give, applied to a real kube-apiserver as the docs write it: the
- * YAML is read from docs/daemon.md (section 4) and docs/kyuubi-integration.md (section 5, the
- * `kubectl apply` heredoc and the `kubectl create rolebinding` line) when the test runs, and only
- * the namespaces are changed (each test has its own). With the ServiceAccount's own token,
- * SelfSubjectAccessReviews and a SelfSubjectRulesReview show what the grant allows: pods `get`,
- * `list`, `watch`, `delete` in the Spark namespace and nothing else that matters; and two
- * podsweep daemons (self-watch mode, one ZooKeeper election) running with that token alone clean
- * the terminated driver pods, one DELETE per pod in the API server's audit log.
+ * The RBAC the integration guide gives, applied to a real kube-apiserver as the page writes it:
+ * the YAML is read from docs/kyuubi-integration.md (section 5, the `kubectl apply` heredoc and the
+ * `kubectl create rolebinding` line) when the test runs, and only the namespaces are changed.
+ * With the ServiceAccount's own token, SelfSubjectAccessReviews and a SelfSubjectRulesReview show
+ * what the grant allows: pods `get`, `list`, `watch`, `delete` and `get` on
+ * `configmaps/kube-root-ca.crt` in the Spark namespace, and nothing else that matters. The
+ * daemon's RBAC is its chart's since 0.2.0 (docs/daemon.md section 4 installs the chart):
+ * `scripts/chart test` renders it, runs that page's blocks on a real kube-apiserver and counts
+ * one DELETE per pod.
  */
 class RbacSuite extends AnyFunSuite {
   implicit val patienceConfig: PatienceConfig = PatienceConfig(Span(120, Seconds), Span(200, Millis))
@@ -84,28 +85,6 @@ class RbacSuite extends AnyFunSuite {
       s"${denied.size} other requests denied")
   }
 
-  test("docs/daemon.md section 4: its ServiceAccount, Role and RoleBinding grant pods get/list/watch/delete and get configmaps/kube-root-ca.crt in the Spark namespace, nothing else") {
-    needKube()
-    val ns = Map("kyuubi" -> "rbac-daemon-kyuubi", "spark" -> "rbac-daemon-spark")
-    val other = "rbac-daemon-other"
-    val blocks = fenced(section(readDoc("docs/daemon.md"), "## 4."), "yaml")
-    assert(blocks.size == 1, s"docs/daemon.md section 4 has ${blocks.size} yaml blocks")
-    val docs = yamlDocs(blocks.head)
-    val rbac = docs.filter(d => Set("ServiceAccount", "Role", "RoleBinding")(kind(d)))
-    assert(rbac.map(kind).sorted == Seq("Role", "RoleBinding", "ServiceAccount"), docs.map(kind))
-    // The Deployment of the same block runs as the ServiceAccount the RoleBinding names.
-    val deployment = docs.find(d => kind(d) == "Deployment").getOrElse(fail("no Deployment in section 4"))
-    val binding = rbac.find(d => kind(d) == "RoleBinding").get
-    val subject = binding.get("subjects").get(0)
-    assert(deployment.at("/spec/template/spec/serviceAccountName").asText() == subject.get("name").asText())
-    assert(deployment.at("/metadata/namespace").asText() == subject.get("namespace").asText())
-    val sa = subject.get("name").asText()
-    (ns.values.toSeq :+ other).foreach(kube.ensureNamespace)
-    rbac.map(adaptNamespaces(_, ns)).foreach(apply(admin, _))
-    val client = kube.serviceAccountClient(sa, ns("kyuubi"))
-    try checkGrants(client, ns("spark"), ns("kyuubi"), other) finally client.close()
-  }
-
   test("docs/kyuubi-integration.md section 5: the kubectl apply heredoc and create rolebinding grant pods get/list/watch/delete and get configmaps/kube-root-ca.crt, nothing else") {
     needKube()
     val ns = Map("spark-jobs" -> "rbac-kyuubi-spark", "kyuubi" -> "rbac-kyuubi-kyuubi")
@@ -144,57 +123,4 @@ class RbacSuite extends AnyFunSuite {
     } finally client.close()
   }
 
-  test("two podsweep daemons with only docs/daemon.md's ServiceAccount clean every terminated driver pod, one DELETE per pod") {
-    needKube()
-    PodsweepDaemon.missing.foreach(w => cancel(w))
-    val kyuubiNs = "rbac-daemon-kyuubi"
-    val spark = "rbac-daemon-spark"
-    // Section 4's objects, as the first test applies them (applied again: the tests stand alone).
-    val docs = yamlDocs(fenced(section(readDoc("docs/daemon.md"), "## 4."), "yaml").head)
-      .filter(d => Set("ServiceAccount", "Role", "RoleBinding")(kind(d)))
-      .map(adaptNamespaces(_, Map("kyuubi" -> kyuubiNs, "spark" -> spark)))
-    Seq(kyuubiNs, spark).foreach(kube.ensureNamespace)
-    docs.foreach(apply(admin, _))
-    val sa = docs.find(d => kind(d) == "ServiceAccount").get.at("/metadata/name").asText()
-    val (_, tokenFile) = kube.serviceAccountToken(sa, kyuubiNs)
-    val user = saUser(kyuubiNs, sa)
-    val ha = HaBackend.start("zookeeper")
-    val conf = Map(
-      "kyuubi.kubernetes.master.address" -> kube.url,
-      "kyuubi.kubernetes.authenticate.caCertFile" -> kube.caFile,
-      "kyuubi.kubernetes.authenticate.oauthTokenFile" -> tokenFile.toString,
-      "kyuubi.kubernetes.client.initialize.list" -> s":$spark",
-      P + "kind" -> "NONE",
-      P + "watch.kind" -> "ALL",
-      "kyuubi.kubernetes.terminatedApplicationRetainPeriod" -> "2000",
-      "kyuubi.ha.namespace" -> "kyuubi-realapi-rbac") ++ ha.kyuubiConf
-    val daemons = (1 to 2).map(i => new PodsweepDaemon(s"rbac-daemon-$i", conf, logDir))
-    try {
-      eventually(assert(daemons.count(_.isLeader(spark)) == 1, daemons.map(_.statusOf(spark))))
-      val s = Phases.Spec(servers = 2, scopes = 1, pods = 10, retainMs = 2000, logDir = logDir)
-      val (drivers, decoys) = Phases.createPods(kube, admin, Seq(spark), s)
-      val startedAt = System.currentTimeMillis()
-      val w = Phases.terminate(admin, drivers, decoys, s.retainMs)
-      Phases.settleFleet(kube, admin, daemons, Seq(spark), s.podPrefix)(!w.drivers.exists(Phases.present(admin, Seq(spark))))
-      val barrier = Phases.barrierName(s.podPrefix)
-      val r = Phases.judge("rbac", "daemon", s, kube, admin, Seq(spark), w, 0, startedAt)
-      assert(r.leaked == 0 && r.wrongful == 0 && r.decoysMissing == 0, r)
-      val deletes = audited(kube).filter(a => a.verb == "delete" && a.namespace == spark && a.name != barrier)
-      assert(deletes.forall(_.user == user), deletes.map(_.user).distinct)
-      assert(deletes.map(_.name).sorted == w.drivers.map(_.name).sorted, deletes)
-      assert(deletes.forall(_.code == 200), deletes)
-      // Nothing the daemons asked for on pods was refused (list and watch included).
-      val refused = audited(kube).filter(a => a.user == user && a.code == 403) ++
-        kube.audit.filter(e => e.user == user && e.code == 403)
-      assert(refused.isEmpty, refused)
-      val statuses = daemons.map(_.status(spark))
-      assert(statuses.map(outcomes).map(_("accepted")).sum == s.pods + 1, statuses) // and the barrier
-      assert(statuses.forall(st => outcomes(st)("forbidden") == 0 && healthy(st).contains(true)), statuses)
-      daemons.foreach(d => assert(d.problems.isEmpty, s"${d.name}: ${d.problems.take(3)}"))
-      info(s"${deletes.size} DELETEs for ${s.pods} pods, all by $user, all 200; ${decoys.size} decoys kept")
-    } finally {
-      daemons.foreach(d => scala.util.Try(d.close()))
-      ha.close()
-    }
-  }
 }
