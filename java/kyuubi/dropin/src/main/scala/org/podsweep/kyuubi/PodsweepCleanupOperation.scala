@@ -140,7 +140,8 @@ class PodsweepCleanupOperation extends ApplicationOperation with Logging {
       proxyUser: Option[String],
       submitTime: Option[Long]): ApplicationInfo = ApplicationInfo.NOT_FOUND
 
-  override def supportPersistedAppState: Boolean = false
+  // Not `override`: Kyuubi 1.10 has no such member (1.11 added it to ApplicationOperation).
+  def supportPersistedAppState: Boolean = false
 
   /**
    * podsweep did not start: ERROR, and this server deletes terminated driver pods on its own with
