@@ -15,14 +15,18 @@
 # settings.md stays what Kyuubi's generator writes only as long as the release's table around
 # podsweep's rows is the 1.12.0 one's; `KYUUBI_VERSION=<v> scripts/kyuubi gates` checks it
 # (AllKyuubiConfiguration) on a full test tree.
-# 1.10.3 is refused: its KubernetesApplicationOperation differs from 1.12.0's where the hooks sit
-# (docs/kyuubi-versions.md says what a 1.10.3 patch needs).
+# 1.10.3: its KubernetesApplicationOperation is not 1.12.0's file, but the six hooks' lines are
+# there (one hunk's context line, the COMPLETED case, reads `isFailed(notification.getValue)` in
+# 1.10.3: patch's fuzz takes it); the two documentation pages differ around podsweep's rows, so
+# they are not patched but rebuilt: settings.md's Kubernetes table is the 1.12.0 diff's new table
+# without the one key 1.10.3 lacks (kyuubi.kubernetes.spark.autoCreateFileUploadPath.enabled; the
+# table's other rows are the same in 1.10.3, 1.11.1 and 1.12.0), metrics.md gets the diff's new
+# section at the end of the operation metrics, where 1.12.0 has it.
 
 kyuubi_port() {
   local source="$here/java/kyuubi/kyuubi-1.12.0-podsweep.diff"
   case "$KYUUBI_VERSION" in
     1.12.0) die "port makes the diff of an earlier release from the 1.12.0 diff; KYUUBI_VERSION=1.11.1 scripts/kyuubi port" ;;
-    1.10.3) die "Kyuubi 1.10.3's KubernetesApplicationOperation is not 1.12.0's (markApplicationTerminated, the informers, ApplicationState.isFailed): the 1.12.0 diff's hooks do not port mechanically; see docs/kyuubi-versions.md" ;;
   esac
   [ -f "$source" ] || die "no $source"
   [ -f "$TARBALL" ] || die "no tarball at $TARBALL (set KYUUBI_SRC_TARBALL)"
@@ -32,8 +36,64 @@ kyuubi_port() {
   tar xzf "$TARBALL" -C "$work/a" --strip-components=1
   cp -r "$work/a/." "$work/b/"
   log "applying $(basename "$source") to Kyuubi $KYUUBI_VERSION"
-  (cd "$work/b" && patch -p1 --forward --no-backup-if-mismatch -r - < "$source" >&2) \
-    || die "the 1.12.0 diff does not apply to Kyuubi $KYUUBI_VERSION (a hunk was rejected; see above)"
+  if [ "$KYUUBI_VERSION" = 1.10.3 ]; then
+    # Without the two documentation pages, which are rebuilt below.
+    (cd "$work/b" && python3 -c '
+import re, sys
+skip = {"docs/configuration/settings.md", "docs/monitor/metrics.md"}
+parts = re.split(r"(?m)^(?=diff -ruN )", open(sys.argv[1]).read())
+print("".join(p for p in parts if not (p.startswith("diff -ruN ") and p.split()[2][2:] in skip)), end="")
+' "$source" | patch -p1 --forward --no-backup-if-mismatch -r - >&2) \
+      || die "the 1.12.0 diff does not apply to Kyuubi $KYUUBI_VERSION (a hunk was rejected; see above)"
+    python3 - "$work/b" "$source" <<'PY' || die "rebuilding the documentation pages failed"
+import re, sys
+root, source = sys.argv[1], sys.argv[2]
+text = open(source).read()
+def added(path):
+    part = re.search(r'(?ms)^diff -ruN a/%s b/%s\n(.*?)(?=^diff -ruN |\Z)' % (re.escape(path), re.escape(path)), text).group(1)
+    return [l[1:] for l in part.split('\n') if l.startswith('+') and not l.startswith('+++')]
+# settings.md: the Kubernetes table.
+table = [l for l in added('docs/configuration/settings.md') if l.startswith('|')]
+table = [l for l in table if not l.startswith('| kyuubi.kubernetes.spark.autoCreateFileUploadPath.enabled ')]
+p = root + '/docs/configuration/settings.md'
+lines = open(p).read().split('\n')
+start = lines.index('### Kubernetes')
+first = next(i for i in range(start, len(lines)) if lines[i].startswith('|'))
+last = first
+while last < len(lines) and lines[last].startswith('|'):
+    last += 1
+norm = lambda l: re.sub(r' +', ' ', l)
+def key(l):
+    return l.split('|')[1].strip()
+ours = {key(l): l for l in lines[first + 2:last]}
+# A row of Kyuubi's own whose text differs in this release (1.10.3's appUrlPattern doc lacks
+# {{SPARK_DRIVER_POD_IP}}): this release's cells, padded to the new table's column widths.
+def refit(template, row):
+    widths = [len(c) for c in template.split('|')[1:-1]]
+    cells = [c.strip() for c in row.split('|')[1:-1]]
+    if len(cells) != len(widths):
+        sys.exit('settings.md: cannot refit %s' % key(row))
+    return '|' + '|'.join(' ' + c.ljust(w - 2) + ' ' for c, w in zip(cells, widths)) + '|'
+table = [refit(l, ours[key(l)]) if key(l) in ours and norm(l) != norm(ours[key(l)]) else l for l in table]
+missing = [l for l in lines[first + 2:last] if norm(l) not in {norm(t) for t in table}]
+if missing:
+    sys.exit('settings.md: rows of this release not in the new table: %s' % missing[:2])
+lines[first:last] = table
+open(p, 'w').write('\n'.join(lines))
+# metrics.md: the new section after the operation metrics list.
+section = added('docs/monitor/metrics.md')
+p = root + '/docs/monitor/metrics.md'
+m = open(p).read()
+anchor = '- `kyuubi.operation.failed.ExecuteStatement.${errorType}`\n'
+if m.count(anchor) != 1:
+    sys.exit('metrics.md: no single anchor line')
+m = m.replace(anchor, anchor + '\n' + '\n'.join(section).rstrip('\n') + '\n')
+open(p, 'w').write(m)
+PY
+  else
+    (cd "$work/b" && patch -p1 --forward --no-backup-if-mismatch -r - < "$source" >&2) \
+      || die "the 1.12.0 diff does not apply to Kyuubi $KYUUBI_VERSION (a hunk was rejected; see above)"
+  fi
   python3 - "$work/b" "$KYUUBI_VERSION" <<'PY' || die "adapting the patched tree failed"
 import re, sys
 root, version = sys.argv[1], sys.argv[2]
@@ -69,9 +129,17 @@ PY
   local header="$work/header.diff"
   {
     echo "podsweep for Apache Kyuubi $KYUUBI_VERSION (tag v$KYUUBI_VERSION): kyuubi-1.12.0-podsweep.diff ported by"
-    echo "\`KYUUBI_VERSION=$KYUUBI_VERSION scripts/kyuubi port\` (its hooks land on the same lines: Kyuubi $KYUUBI_VERSION's"
-    echo "KubernetesApplicationOperation is 1.12.0's file); PodsweepConf uses .serverOnly (ConfigBuilder has no"
-    echo "audience before 1.12) and names $KYUUBI_VERSION as its keys' version. The rest as in the 1.12.0 diff:"
+    if [ "$KYUUBI_VERSION" = 1.10.3 ]; then
+      echo "\`KYUUBI_VERSION=$KYUUBI_VERSION scripts/kyuubi port\`. Kyuubi 1.10.3's KubernetesApplicationOperation is not"
+      echo "1.12.0's file, but the hooks sit on the same lines (the COMPLETED case reads isFailed(state) there);"
+      echo "docs/configuration/settings.md's Kubernetes table and docs/monitor/metrics.md's new section are"
+      echo "rebuilt for 1.10.3's pages. PodsweepConf uses .serverOnly (ConfigBuilder has no audience before"
+      echo "1.12) and names $KYUUBI_VERSION as its keys' version. The rest as in the 1.12.0 diff:"
+    else
+      echo "\`KYUUBI_VERSION=$KYUUBI_VERSION scripts/kyuubi port\` (its hooks land on the same lines: Kyuubi $KYUUBI_VERSION's"
+      echo "KubernetesApplicationOperation is 1.12.0's file); PodsweepConf uses .serverOnly (ConfigBuilder has no"
+      echo "audience before 1.12) and names $KYUUBI_VERSION as its keys' version. The rest as in the 1.12.0 diff:"
+    fi
     echo
     sed -e "s/patch -p1 < kyuubi-1\.12\.0-podsweep\.diff/patch -p1 < kyuubi-$KYUUBI_VERSION-podsweep.diff/" \
       -e '/^diff -ruN /,$d' "$source"
