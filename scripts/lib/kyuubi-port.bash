@@ -19,9 +19,11 @@
 # there (one hunk's context line, the COMPLETED case, reads `isFailed(notification.getValue)` in
 # 1.10.3: patch's fuzz takes it); the two documentation pages differ around podsweep's rows, so
 # they are not patched but rebuilt: settings.md's Kubernetes table is the 1.12.0 diff's new table
-# without the one key 1.10.3 lacks (kyuubi.kubernetes.spark.autoCreateFileUploadPath.enabled; the
-# table's other rows are the same in 1.10.3, 1.11.1 and 1.12.0), metrics.md gets the diff's new
-# section at the end of the operation metrics, where 1.12.0 has it.
+# without the one key 1.10.3 lacks (kyuubi.kubernetes.spark.autoCreateFileUploadPath.enabled) and
+# with 1.10.3's own text of a row that differs (appUrlPattern's doc, without {{SPARK_DRIVER_POD_IP}})
+# padded to the table's widths; every other row of 1.10.3's table must be in it, or the port
+# stops. metrics.md gets the diff's new section at the end of the operation metrics, where 1.12.0
+# has it.
 
 kyuubi_port() {
   local source="$here/java/kyuubi/kyuubi-1.12.0-podsweep.diff"
