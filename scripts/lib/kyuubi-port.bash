@@ -1,7 +1,8 @@
 # scripts/lib/kyuubi-port.bash: the `port` verb of scripts/kyuubi (sourced by it; uses its
 # variables and functions: KYUUBI_VERSION, TARBALL, KYUUBI_SHA256, PATCH, write_diff, log, die).
 #
-# port: writes java/kyuubi/kyuubi-<version>-podsweep.diff for an earlier Kyuubi release from the
+# port [--check]: writes java/kyuubi/kyuubi-<version>-podsweep.diff (--check: only says whether the
+# committed one is what it would write, exit 1 if not) for an earlier Kyuubi release from the
 # 1.12.0 diff (the source of truth; its bytes are never changed here): the 1.12.0 diff applied to
 # that release's tarball (hunks may land at an offset; a rejected hunk stops the port), then what
 # differs between the releases adapted in the patched tree, and the diff written from the two
@@ -147,6 +148,17 @@ PY
       -e '/^diff -ruN /,$d' "$source"
     sed -n '/^diff -ruN /,$p' "$source"
   } > "$header"
+  if [ "${1:-}" = --check ]; then
+    # Whether the committed diff is what the port writes now (after a change to the 1.12.0 diff
+    # it is not, until `port` runs).
+    write_diff "$work/a" "$work/b" "$work/ported.diff" "$header"
+    if cmp -s "$work/ported.diff" "$PATCH"; then
+      rm -rf "$work"; echo "ok    $(basename "$PATCH") is the port of kyuubi-1.12.0-podsweep.diff"; return 0
+    fi
+    rm -rf "$work"
+    echo "STALE $(basename "$PATCH"): not the port of kyuubi-1.12.0-podsweep.diff; run KYUUBI_VERSION=$KYUUBI_VERSION scripts/kyuubi port"
+    return 1
+  fi
   write_diff "$work/a" "$work/b" "$PATCH" "$header"
   rm -rf "$work"
   log "wrote $PATCH ($(grep -c '^diff -ruN ' "$PATCH") files)"
