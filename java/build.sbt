@@ -173,7 +173,7 @@ lazy val kyuubiDriver = (project in file("kyuubi/driver"))
     publish / skip := true
   )
 
-// The drop-in for stock Kyuubi 1.12.0: an ApplicationOperation provider (META-INF/services) that
+// The drop-in for stock Kyuubi 1.12.0 (1.11.1, 1.10.3 with PODSWEEP_KYUUBI_VERSION): an ApplicationOperation provider (META-INF/services) that
 // runs podsweep in self-watch mode. Compiled against Kyuubi's own jars; shipped as
 // podsweep-kyuubi-dropin-<version>.jar next to the podsweep platform jar in $KYUUBI_HOME/jars.
 lazy val kyuubiDropin = (project in file("kyuubi/dropin"))
