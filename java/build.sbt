@@ -24,8 +24,14 @@ def crateVersion(root: File): String = {
 // patched jar. The Kyuubi suites, the demo and the benches run Kyuubi's KubernetesApplicationOperation
 // in child JVMs (org.podsweep.kyuubi.KyuubiProcess, compiled against these jars); without them
 // the kyuubiDriver project compiles nothing and those suites cancel.
+// $PODSWEEP_KYUUBI_VERSION (set by `KYUUBI_VERSION=<v> scripts/kyuubi dropin`) compiles the driver
+// and the drop-in against another release's cache instead, into target/kyuubi-<v> of each project,
+// so the 1.12.0 classes the suites use by default are left alone.
+val kyuubiVersion: String = sys.env.get("PODSWEEP_KYUUBI_VERSION").map(_.trim).filter(_.nonEmpty).getOrElse("1.12.0")
+def kyuubiTarget(base: File): File =
+  if (kyuubiVersion == "1.12.0") base / "target" else base / "target" / s"kyuubi-$kyuubiVersion"
 val kyuubiCache: File =
-  file(sys.env.getOrElse("PODSWEEP_TOOLS", sys.props("user.home") + "/.cache/podsweep-tools")) / "kyuubi-1.12.0"
+  file(sys.env.getOrElse("PODSWEEP_TOOLS", sys.props("user.home") + "/.cache/podsweep-tools")) / s"kyuubi-$kyuubiVersion"
 def kyuubiRuntime: Seq[File] = {
   val list = kyuubiCache / "runtime-classpath.txt"
   if (list.isFile) IO.readLines(list).map(_.trim).filter(_.nonEmpty).map(file) else Nil
@@ -134,6 +140,7 @@ lazy val root = (project in file("."))
     // Where the Kyuubi child JVMs find their pieces (org.podsweep.testkit.KyuubiHome).
     Test / javaOptions ++= Seq(
       s"-Dpodsweep.kyuubi.cache=$kyuubiCache",
+      s"-Dpodsweep.kyuubi.sbtVersion=$kyuubiVersion",
       s"-Dpodsweep.kyuubi.driver=${(LocalProject("kyuubiDriver") / Compile / classDirectory).value}",
       s"-Dpodsweep.kyuubi.dropin=${(LocalProject("kyuubiDropin") / Compile / classDirectory).value}",
       s"-Dpodsweep.classes=${(Compile / classDirectory).value}",
@@ -151,6 +158,7 @@ lazy val kyuubiDriver = (project in file("kyuubi/driver"))
   .dependsOn(root)
   .settings(
     name := "podsweep-kyuubi-driver",
+    target := kyuubiTarget(baseDirectory.value),
     scalaVersion := "2.12.19",
     crossPaths := false,
     autoScalaLibrary := false, // Kyuubi's runtime classpath has scala-library 2.12.19
@@ -165,13 +173,14 @@ lazy val kyuubiDriver = (project in file("kyuubi/driver"))
     publish / skip := true
   )
 
-// The drop-in for stock Kyuubi 1.12.0: an ApplicationOperation provider (META-INF/services) that
+// The drop-in for stock Kyuubi 1.12.0 (1.11.1, 1.10.3 with PODSWEEP_KYUUBI_VERSION): an ApplicationOperation provider (META-INF/services) that
 // runs podsweep in self-watch mode. Compiled against Kyuubi's own jars; shipped as
 // podsweep-kyuubi-dropin-<version>.jar next to the podsweep platform jar in $KYUUBI_HOME/jars.
 lazy val kyuubiDropin = (project in file("kyuubi/dropin"))
   .dependsOn(root)
   .settings(
     name := "podsweep-kyuubi-dropin",
+    target := kyuubiTarget(baseDirectory.value),
     organization := "org.podsweep",
     version := (root / version).value,
     scalaVersion := "2.12.19",

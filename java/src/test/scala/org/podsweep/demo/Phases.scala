@@ -369,7 +369,7 @@ object Phases {
   /** Phase 1 with the real class: N stock KubernetesApplicationOperations, each in its own JVM. */
   private def baselineKyuubi(s: Spec, kube: TestApi, admin: KubernetesClient): PhaseResult = {
     val nss = s.namespaces("baseline")
-    s.progress(s"phase 1 (baseline): ${s.servers} stock Kyuubi 1.12.0 servers, each deleting on its own")
+    s.progress(s"phase 1 (baseline): ${s.servers} stock Kyuubi ${KyuubiHome.Version} servers, each deleting on its own")
     val servers = startKyuubi(s, KyuubiHome.Stock, kube, "baseline", nss, Map.empty)
     try {
       val (drivers, decoys) = createPods(kube, admin, nss, s)
@@ -382,7 +382,7 @@ object Phases {
       // Judged before stop(): stock stop() deletes whatever its cache still holds (KYUUBI #6320).
       val failed = servers.map(_.logLines("Failed to delete pod").size).sum
       val completed = servers.map(_.logLines("Operation of delete pod").size).sum
-      judge("baseline (Kyuubi 1.12.0)", StockKind, s, kube, admin, nss, w, loudLines(servers), startedAt)
+      judge(s"baseline (Kyuubi ${KyuubiHome.Version})", StockKind, s, kube, admin, nss, w, loudLines(servers), startedAt)
         .copy(failedToDelete = failed, servers = servers.map(_.name), clientDeletes = Some((failed + completed).toLong))
     } finally servers.foreach(x => scala.util.Try(x.close()))
   }
@@ -420,8 +420,8 @@ object Phases {
     val (kind, why) = podsweepKind(s)
     if (s.realKyuubi) why.foreach(w => s.progress(s"phase 2 runs podsweep in logical servers, not in Kyuubi: $w"))
     val what = kind match {
-      case PatchedKind => "patched Kyuubi 1.12.0 servers"
-      case DropinKind => "stock Kyuubi 1.12.0 servers with podsweep's drop-in"
+      case PatchedKind => s"patched Kyuubi ${KyuubiHome.Version} servers"
+      case DropinKind => s"stock Kyuubi ${KyuubiHome.Version} servers with podsweep's drop-in"
       case StandaloneKind => "podsweep daemons"
       case _ => "servers"
     }

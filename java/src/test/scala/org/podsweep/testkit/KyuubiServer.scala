@@ -11,28 +11,67 @@ import scala.io.Source
 
 import org.podsweep.ScopeStatus
 
-/** Where scripts/kyuubi and sbt left Kyuubi 1.12.0 and the pieces its child JVMs need. */
+/**
+ * Where scripts/kyuubi and sbt left Kyuubi and the pieces its child JVMs need, for the Kyuubi
+ * release [[Version]]: `-Dpodsweep.kyuubi.version=<v>` (1.10.3, 1.11.1 or 1.12.0), else the release
+ * sbt compiled the driver and the drop-in against ([[SbtVersion]]: 1.12.0, or
+ * `$PODSWEEP_KYUUBI_VERSION` of the sbt run, which sets both properties). The sbt release's pieces
+ * come from the `podsweep.kyuubi.*` properties; another release's are where `KYUUBI_VERSION=<v>
+ * scripts/kyuubi stock|dropin|patched` left them: its cache `$PODSWEEP_TOOLS/kyuubi-<v>` (beside
+ * the sbt release's) and the class directories named in java/target/kyuubi-<v>-{driver,dropin}.path.
+ * The patched jar is always the one named in java/target/kyuubi-patched.path (1.12.0) or
+ * java/target/kyuubi-<v>-patched.path.
+ */
 object KyuubiHome {
   private def prop(name: String): Option[File] = Option(System.getProperty(name)).filter(_.nonEmpty).map(new File(_))
 
-  val cache: Option[File] = prop("podsweep.kyuubi.cache")
-  val driverClasses: Option[File] = prop("podsweep.kyuubi.driver")
+  /** The releases the testkit knows (docs/kyuubi-versions.md). */
+  val Versions: Seq[String] = Seq("1.10.3", "1.11.1", "1.12.0")
+  private def sysProp(name: String): Option[String] = Option(System.getProperty(name)).map(_.trim).filter(_.nonEmpty)
+  /** The release sbt compiled the driver and the drop-in against (java/build.sbt). */
+  val SbtVersion: String = sysProp("podsweep.kyuubi.sbtVersion").getOrElse("1.12.0")
+  /** The release the servers of this JVM run. */
+  val Version: String = {
+    val v = sysProp("podsweep.kyuubi.version").getOrElse(SbtVersion)
+    require(Versions.contains(v), s"podsweep.kyuubi.version=$v is not one of ${Versions.mkString(", ")}")
+    v
+  }
+  private val sbtOwn: Boolean = Version == SbtVersion
+
+  private def repoFile(path: String): File = new File(System.getProperty("podsweep.repo", ".."), path)
+  /** The first line of a pointer file under java/target, as a file that exists. */
+  private def pointer(name: String): Option[File] = {
+    val f = repoFile(s"java/target/$name")
+    if (!f.isFile) None
+    else {
+      val src = Source.fromFile(f, "UTF-8")
+      try src.getLines().map(_.trim).find(_.nonEmpty).map(new File(_)).filter(_.exists) finally src.close()
+    }
+  }
+
+  val cache: Option[File] = prop("podsweep.kyuubi.cache").map { c =>
+    if (sbtOwn) c else new File(c.getParentFile, s"kyuubi-$Version")
+  }
+  val driverClasses: Option[File] =
+    if (sbtOwn) prop("podsweep.kyuubi.driver") else pointer(s"kyuubi-$Version-driver.path")
   val podsweepClasses: Option[File] = prop("podsweep.classes")
   /** The drop-in provider's classes and its META-INF/services entry (sbt project kyuubiDropin). */
-  val dropinClasses: Option[File] = prop("podsweep.kyuubi.dropin")
+  val dropinClasses: Option[File] =
+    if (sbtOwn) prop("podsweep.kyuubi.dropin") else pointer(s"kyuubi-$Version-dropin.path")
   /** The libpodsweep.so the patched servers load (sbt's `nativeLibrary`). */
   val nativeLibrary: Option[File] = prop("podsweep.native.lib")
 
+  /** The scripts/kyuubi command line that builds a piece of [[Version]]. */
+  private def script(verb: String): String =
+    if (Version == "1.12.0") s"scripts/kyuubi $verb" else s"KYUUBI_VERSION=$Version scripts/kyuubi $verb"
+
   def stockJar: Option[File] = cache.map(new File(_, "kyuubi-server.jar")).filter(_.isFile)
-  /** This checkout's patched jar: scripts/kyuubi patched names it in java/target/kyuubi-patched.path. */
-  def patchedJar: Option[File] = {
-    val pointer = new File(System.getProperty("podsweep.repo", ".."), "java/target/kyuubi-patched.path")
-    if (!pointer.isFile) None
-    else {
-      val src = Source.fromFile(pointer, "UTF-8")
-      try src.getLines().map(_.trim).find(_.nonEmpty).map(new File(_)).filter(_.isFile) finally src.close()
-    }
-  }
+  /**
+   * This checkout's patched jar: scripts/kyuubi patched names it in java/target/kyuubi-patched.path
+   * (1.12.0) or java/target/kyuubi-<version>-patched.path.
+   */
+  def patchedJar: Option[File] =
+    pointer(if (Version == "1.12.0") "kyuubi-patched.path" else s"kyuubi-$Version-patched.path").filter(_.isFile)
   def runtime: Seq[File] = cache.map(new File(_, "runtime-classpath.txt")).filter(_.isFile).toSeq.flatMap { f =>
     val s = Source.fromFile(f, "UTF-8")
     try s.getLines().map(_.trim).filter(_.nonEmpty).map(new File(_)).toVector finally s.close()
@@ -42,34 +81,39 @@ object KyuubiHome {
 
   /** Why stock Kyuubi cannot run here, or None when it can. */
   def stockMissing: Option[String] =
-    if (stockJar.isEmpty) Some("Kyuubi 1.12.0 is not built (scripts/kyuubi)")
-    else if (runtime.isEmpty) Some("Kyuubi's runtime classpath is missing (scripts/kyuubi)")
-    else if (!driverCompiled) Some("the Kyuubi driver is not compiled (sbt kyuubiDriver/compile)")
+    if (stockJar.isEmpty) Some(s"Kyuubi $Version is not built (${script("stock")})")
+    else if (runtime.isEmpty) Some(s"Kyuubi $Version's runtime classpath is missing (${script("stock")})")
+    else if (!driverCompiled)
+      Some(s"the Kyuubi driver is not compiled for $Version (" +
+        (if (sbtOwn) "sbt kyuubiDriver/compile" else script("dropin")) + ")")
     else None
 
   /** Why stock Kyuubi with podsweep's drop-in cannot run here, or None when it can. */
   def dropinMissing: Option[String] = stockMissing.orElse {
     if (!dropinClasses.exists(d => new File(d, "META-INF/services/org.apache.kyuubi.engine.ApplicationOperation").isFile))
-      Some("the drop-in is not compiled (sbt kyuubiDropin/compile)")
+      Some(s"the drop-in is not compiled for $Version (" + (if (sbtOwn) "sbt kyuubiDropin/compile" else script("dropin")) + ")")
     else if (!nativeLibrary.exists(_.isFile)) Some(s"no native library at ${nativeLibrary.orNull} (scripts/package)")
     else None
   }
 
   /** Why patched Kyuubi cannot run here, or None when it can. */
   def patchedMissing: Option[String] = stockMissing.orElse {
-    if (patchedJar.isEmpty) Some("the patched Kyuubi is not built (scripts/kyuubi patched)")
+    if (patchedJar.isEmpty) Some(s"the patched Kyuubi $Version is not built (${script("patched")})")
     else if (!nativeLibrary.exists(_.isFile)) Some(s"no native library at ${nativeLibrary.orNull} (scripts/package)")
     else None
   }
 
-  /** Which KubernetesApplicationOperation a server runs. */
-  sealed abstract class Kind(val label: String)
-  /** Kyuubi 1.12.0 as released. */
-  case object Stock extends Kind("kyuubi-1.12.0")
-  /** Kyuubi 1.12.0 with java/kyuubi/kyuubi-1.12.0-podsweep.diff. */
-  case object Patched extends Kind("kyuubi-1.12.0+podsweep")
-  /** Kyuubi 1.12.0 as released, with podsweep's drop-in provider jar on its class path. */
-  case object Dropin extends Kind("kyuubi-1.12.0+drop-in")
+  /** Which KubernetesApplicationOperation a server runs (of Kyuubi [[Version]]). */
+  sealed abstract class Kind(suffix: String) {
+    /** e.g. `kyuubi-1.12.0+podsweep`. */
+    val label: String = s"kyuubi-$Version$suffix"
+  }
+  /** Kyuubi as released. */
+  case object Stock extends Kind("")
+  /** Kyuubi with java/kyuubi/kyuubi-<version>-podsweep.diff. */
+  case object Patched extends Kind("+podsweep")
+  /** Kyuubi as released, with podsweep's drop-in provider jar on its class path. */
+  case object Dropin extends Kind("+drop-in")
 
   def missing(kind: Kind): Option[String] = kind match {
     case Stock => stockMissing
@@ -88,7 +132,7 @@ object KyuubiHome {
 final case class KyuubiAppInfo(state: String, podName: Option[String], id: Option[String], name: Option[String])
 
 /**
- * One Kyuubi server: Kyuubi 1.12.0's `KubernetesApplicationOperation` (stock or patched) in its
+ * One Kyuubi server: Kyuubi's ([[KyuubiHome.Version]], default 1.12.0) `KubernetesApplicationOperation` (stock or patched) in its
  * own JVM, as a real deployment runs one per server, driven by `org.podsweep.kyuubi.KyuubiProcess`.
  * Its log (log4j2 through Kyuubi's own logging, podsweep's native log routed to the same place)
  * goes to `logFile`.

@@ -21,7 +21,8 @@ import org.apache.kyuubi.server.metadata.MetadataManager
 import org.apache.kyuubi.util.JavaUtils
 
 /**
- * podsweep for stock Kyuubi 1.12.0, without any change to Kyuubi: an `ApplicationOperation`
+ * podsweep for stock Kyuubi (1.12.0, 1.11.1, 1.10.3: compiled against each, `KYUUBI_VERSION=<v>
+ * scripts/kyuubi dropin`), without any change to Kyuubi: an `ApplicationOperation`
  * provider (registered in `META-INF/services`) that Kyuubi's `KyuubiApplicationManager` loads
  * with its own providers and initializes with the server's configuration.
  *
@@ -140,7 +141,8 @@ class PodsweepCleanupOperation extends ApplicationOperation with Logging {
       proxyUser: Option[String],
       submitTime: Option[Long]): ApplicationInfo = ApplicationInfo.NOT_FOUND
 
-  override def supportPersistedAppState: Boolean = false
+  // Not `override`: Kyuubi 1.10 has no such member (1.11 added it to ApplicationOperation).
+  def supportPersistedAppState: Boolean = false
 
   /**
    * podsweep did not start: ERROR, and this server deletes terminated driver pods on its own with
