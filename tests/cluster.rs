@@ -257,7 +257,7 @@ async fn podgc_racing_the_leader_never_gets_a_second_delete_from_podsweep() {
         };
         all.push(submit(k, ns, &format!("race-{i:02}"), &spec).await);
     }
-    leader(&servers, ns).await;
+    let lead = leader(&servers, ns).await;
     wait_all_gone(k, ns, &all, WITHIN).await;
 
     let log: Vec<_> = audit(k)
@@ -306,6 +306,8 @@ async fn podgc_racing_the_leader_never_gets_a_second_delete_from_podsweep() {
         // finished it yet): Kubernetes' overlap, not a second DELETE by podsweep.
         "podgc_on_pods_podsweep_deleted": both_accepted,
         "already_absent": outcomes(&servers, ns, "already_absent"),
+        // Pods the leader had scheduled that went before its DELETE (PodGC's, seen by its informer).
+        "leader_cancelled": status[lead]["cancelled"],
         "retries": sum(&servers, ns, "retries"),
         "last_failures": status.iter().map(|s| s["last_failure"].clone()).collect::<Vec<_>>()});
     println!("{line}");
