@@ -119,11 +119,15 @@ async fn spark_apps_on_kwok_nodes_one_delete_per_driver_and_the_gc_takes_the_res
         // A Succeeded driver goes at once (the API server deletes a terminated pod without a
         // grace period); its executors, still running, are deleted gracefully by the GC, and
         // KWOK finishes each as their kubelet would.
-        let driver_by_kwok = log
+        // (KWOK may still send one for a driver, when the MODIFIED event of its deletion reached
+        // KWOK before the DELETED one: answered 404, the pod being gone already.)
+        let kwok_on_driver: Vec<u16> = log
             .iter()
             .filter(in_ns)
             .filter(|e| e.resource == "pods" && e.name == a.driver && e.user == KWOK_USER)
-            .count();
+            .map(|e| e.code)
+            .collect();
+        let driver_by_kwok = kwok_on_driver.iter().filter(|c| **c == 200).count();
         let kwok_done: Vec<_> = log
             .iter()
             .filter(in_ns)
@@ -156,7 +160,7 @@ async fn spark_apps_on_kwok_nodes_one_delete_per_driver_and_the_gc_takes_the_res
             gc_seconds.push(s);
         }
         rows.push(json!({"app": a.driver, "node": a.node, "podsweep_deletes": sent.len(),
-            "sender": sent.first().map(|d| d.user.clone()), "driver_finished_by_kwok": driver_by_kwok,
+            "sender": sent.first().map(|d| d.user.clone()), "driver_finished_by_kwok": driver_by_kwok, "kwok_404_on_driver": kwok_on_driver.len() - driver_by_kwok,
             "executors_finished_by_kwok": kwok_done.len(), "gc_deletes": dependents.len(),
             "gc_last_delete_seconds": after(last), "all_gone_seconds": after(gone)}));
     }
