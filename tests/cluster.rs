@@ -8,8 +8,9 @@
 //!   pod, by podsweep; KWOK finishes each graceful delete; the garbage collector then removes
 //!   every executor, ConfigMap and Service the driver owned (0 orphans, and how long it took).
 //! * PodGC (threshold [`CLUSTER_POD_GC_THRESHOLD`]) racing the leader: PodGC's deletes told apart
-//!   by user; podsweep never sends a second DELETE for a pod, and a 404 (PodGC was first) is
-//!   not a failure.
+//!   by user; podsweep never sends a second DELETE for a pod; with the leader's watch late (an
+//!   injected lag), its DELETEs of pods PodGC took answer 404, counted as such and not as a
+//!   failure.
 //! * The root-CA publisher re-makes `kube-root-ca.crt` after it is deleted: the election key and
 //!   the leader stay the same (no second election), one DELETE per pod.
 //! * A node lost with its drivers Terminating (podsweep's DELETE accepted, no kubelet to finish
@@ -330,6 +331,106 @@ async fn podgc_racing_the_leader_never_gets_a_second_delete_from_podsweep() {
     );
     assert_eq!(line["retries"], 0, "{line}");
     assert!(status.iter().all(|s| s["last_failure"].is_null()), "{line}");
+    for s in servers {
+        s.stop().await;
+    }
+}
+
+/// Issue 34 section 4, PodGC first and the leader's watch late (an injected fault: its informer
+/// sees every deletion 8 s late, as a watch behind a busy API server does). Forty drivers as in
+/// the race above; PodGC's pass deletes pods podsweep still holds as due within those 8 s, so
+/// podsweep's DELETE finds them gone. Asserts: podsweep got at least one 404, each for a pod
+/// PodGC had deleted before, each counted `already_absent` and nothing else: no retry, no last
+/// failure; still at most one DELETE per pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn podgc_first_and_a_late_watch_give_a_404_that_is_no_failure() {
+    let _serial = SERIAL.lock().await;
+    let k = RealKube::cluster();
+    let zk = ZkServer::start();
+    let ns = "cl-podgc-late";
+    k.namespace(ns).await;
+    let extra = settings(
+        &zk,
+        &[
+            (keys::ANNOTATIONS_ENABLED, "true"),
+            (keys::ANNOTATIONS_MAX_RETAIN, "PT60S"),
+        ],
+    );
+    let server = Server::start_lagging(
+        k,
+        ns,
+        &format!("{ns}-0"),
+        &extra,
+        Some(Duration::from_secs(8)),
+    )
+    .await;
+    let user = server.user();
+    let mut all = Vec::new();
+    for i in 0..40 {
+        let r = if i < 20 {
+            format!("PT{}S", i + 1)
+        } else {
+            "PT25S".into()
+        };
+        let spec = AppSpec {
+            executors: 0,
+            annotations: &[
+                ("podsweep.test/succeed-after", "3s"),
+                ("podsweep.org/retain-period", r.as_str()),
+            ],
+            node: None,
+        };
+        all.push(submit(k, ns, &format!("late-{i:02}"), &spec).await);
+    }
+    wait_all_gone(k, ns, &all, WITHIN).await;
+    let servers = [server];
+    // Every DELETE podsweep sent has had its answer once nothing is due or in flight.
+    assert!(
+        eventually(Duration::from_secs(30), || sum(&servers, ns, "tracked")
+            == 0
+            && sum(&servers, ns, "inflight") == 0)
+        .await,
+        "{}",
+        servers[0].status(ns)
+    );
+    let log: Vec<_> = deletes(k, ns, "pods");
+    let podgc_at: BTreeMap<&str, SystemTime> = log
+        .iter()
+        .filter(|e| e.user == PODGC_USER && e.code == 200)
+        .map(|e| (e.name.as_str(), e.at))
+        .collect();
+    let mine: Vec<_> = log.iter().filter(|e| e.user == user).collect();
+    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &mine {
+        *per_pod.entry(e.name.as_str()).or_default() += 1;
+    }
+    let not_found: Vec<_> = mine.iter().filter(|e| e.code == 404).collect();
+    let after_podgc = not_found
+        .iter()
+        .filter(|e| podgc_at.get(e.name.as_str()).is_some_and(|at| *at < e.at))
+        .count();
+    let status = servers[0].status(ns);
+    let line = json!({"test": "cluster", "case": "podgc_first_late_watch", "stamp": stamp(k),
+        "pods": all.len(), "watch_lag_seconds": 8, "podgc_deleted": podgc_at.len(),
+        "podsweep_deletes": mine.len(), "podsweep_200": mine.iter().filter(|e| e.code == 200).count(),
+        "podsweep_404": not_found.len(), "podsweep_404_after_podgc": after_podgc,
+        "max_per_pod": per_pod.values().max(), "outcomes": status["outcomes"],
+        "retries": status["retries"], "last_failure": status["last_failure"]});
+    println!("{line}");
+    assert!(!podgc_at.is_empty(), "PodGC deleted nothing: {line}");
+    assert!(
+        !not_found.is_empty(),
+        "no DELETE met a pod PodGC took: {line}"
+    );
+    assert_eq!(after_podgc, not_found.len(), "{line}");
+    assert_eq!(
+        status["outcomes"]["already_absent"],
+        not_found.len(),
+        "{line}"
+    );
+    assert_eq!(status["retries"], 0, "{line}");
+    assert!(status["last_failure"].is_null(), "{line}");
+    assert!(per_pod.values().all(|n| *n == 1), "{line}");
     for s in servers {
         s.stop().await;
     }

@@ -347,6 +347,19 @@ pub struct Server {
 
 impl Server {
     pub async fn start(k: &RealKube, ns: &str, id: &str, extra: &[(&str, String)]) -> Server {
+        Self::start_lagging(k, ns, id, extra, None).await
+    }
+
+    /// [`Server::start`] whose informer is late by `lag` with every deletion it sees (a pod's
+    /// DELETED event, or a MODIFIED one with a deletionTimestamp), as a watch lagging behind a
+    /// busy API server is: the injected fault of a lagging watch.
+    pub async fn start_lagging(
+        k: &RealKube,
+        ns: &str,
+        id: &str,
+        extra: &[(&str, String)],
+        lag: Option<Duration>,
+    ) -> Server {
         let token = k.server_token(id).await;
         let mut conf: HashMap<String, String> = k.client_conf(&token).into_iter().collect();
         conf.insert(keys::KUBE_NAMESPACE.into(), ns.into());
@@ -369,8 +382,21 @@ impl Server {
                     Ok(watcher::Event::Delete(p)) => (p, EventKind::Delete),
                     _ => continue,
                 };
+                let deletion =
+                    kind == EventKind::Delete || pod.metadata.deletion_timestamp.is_some();
                 if let Some(obs) = kyuubi_state::observation(&pod, &state, kind) {
-                    let _ = feed.observe(scope.clone(), obs);
+                    match lag {
+                        Some(lag) if deletion => {
+                            let (feed, scope) = (feed.clone(), scope.clone());
+                            tokio::spawn(async move {
+                                tokio::time::sleep(lag).await;
+                                let _ = feed.observe(scope, obs);
+                            });
+                        }
+                        _ => {
+                            let _ = feed.observe(scope.clone(), obs);
+                        }
+                    }
                 }
             }
         });
