@@ -103,8 +103,8 @@ impl RealKube {
             .expect("run scripts/kube up");
         assert!(
             out.status.success(),
-            "scripts/kube up failed (a real kube-apiserver is needed: scripts/setup kube builds \
-             it): {}",
+            "scripts/kube up {extra:?} failed (a real kube-apiserver is needed: scripts/setup kube \
+             builds it; --cluster also needs scripts/kube build --cluster): {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let env: HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
