@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::cluster::{
-    add_node, audit, deletes, fleet, leader, left, outcomes, secs_between, stamp, submit, sum,
-    wait_all_gone, wait_phase, AppSpec, Server, SparkApp, GC_USER, KWOK_USER, PODGC_USER,
-    ROOT_CA_USER, SERIAL,
+    add_node, apps, audit, deletes, fleet, leader, left, outcomes, podsweep_deletes, secs_between,
+    settings, stamp, submit, sum, wait_all_gone, wait_phase, AppSpec, Server, SparkApp, GC_USER,
+    KWOK_USER, PODGC_USER, ROOT_CA_USER, SERIAL,
 };
 use common::real_kube::{eventually, RealKube, CLUSTER_POD_GC_THRESHOLD};
 use common::zk::ZkServer;
@@ -38,36 +38,27 @@ use serde_json::{json, Value};
 
 const WITHIN: Duration = Duration::from_secs(90);
 
-fn settings(zk: &ZkServer, more: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-    let mut out = vec![
-        (keys::HA_ADDRESSES, zk.addr()),
-        (keys::CLEANUP_KIND, "ALL".to_owned()),
-        (keys::RETAIN_PERIOD, "PT1S".to_owned()),
-    ];
-    for (key, v) in more {
-        out.retain(|(k, _)| k != key);
-        out.push((key, (*v).to_owned()));
+/// Forty drivers `<prefix>-NN` Succeeded 3 s after they run, more than PodGC's threshold: the
+/// first twenty retained by podsweep 1..20 s (their annotation), the last twenty `long`.
+async fn drivers_past_podgc(k: &RealKube, ns: &str, prefix: &str, long: &str) -> Vec<SparkApp> {
+    let mut all = Vec::new();
+    for i in 0..40 {
+        let r = if i < 20 {
+            format!("PT{}S", i + 1)
+        } else {
+            long.to_owned()
+        };
+        let spec = AppSpec {
+            executors: 0,
+            annotations: &[
+                ("podsweep.test/succeed-after", "3s"),
+                ("podsweep.org/retain-period", r.as_str()),
+            ],
+            node: None,
+        };
+        all.push(submit(k, ns, &format!("{prefix}-{i:02}"), &spec).await);
     }
-    out
-}
-
-/// Per driver pod, podsweep's DELETEs (by any of `users`), from the audit log.
-fn podsweep_deletes(k: &RealKube, ns: &str, users: &[String]) -> BTreeMap<String, Vec<u16>> {
-    let mut out: BTreeMap<String, Vec<u16>> = BTreeMap::new();
-    for d in deletes(k, ns, "pods") {
-        if users.contains(&d.user) {
-            out.entry(d.name).or_default().push(d.code);
-        }
-    }
-    out
-}
-
-async fn apps(k: &RealKube, ns: &str, names: &[String], spec: &AppSpec<'_>) -> Vec<SparkApp> {
-    let mut out = Vec::new();
-    for n in names {
-        out.push(submit(k, ns, n, spec).await);
-    }
-    out
+    all
 }
 
 /// Issue 34 sections 1 and 2, measured: eight Spark applications (a driver, two executors, a
@@ -241,27 +232,7 @@ async fn podgc_racing_the_leader_never_gets_a_second_delete_from_podsweep() {
     )
     .await;
     let users: Vec<String> = servers.iter().map(Server::user).collect();
-    let retains: Vec<String> = (0..40)
-        .map(|i| {
-            if i < 20 {
-                format!("PT{}S", i + 1)
-            } else {
-                "PT30S".into()
-            }
-        })
-        .collect();
-    let mut all = Vec::new();
-    for (i, r) in retains.iter().enumerate() {
-        let spec = AppSpec {
-            executors: 0,
-            annotations: &[
-                ("podsweep.test/succeed-after", "3s"),
-                ("podsweep.org/retain-period", r.as_str()),
-            ],
-            node: None,
-        };
-        all.push(submit(k, ns, &format!("race-{i:02}"), &spec).await);
-    }
+    let all = drivers_past_podgc(k, ns, "race", "PT30S").await;
     let lead = leader(&servers, ns).await;
     wait_all_gone(k, ns, &all, WITHIN).await;
 
@@ -365,23 +336,7 @@ async fn podgc_first_and_a_late_watch_give_a_404_that_is_no_failure() {
     )
     .await;
     let user = server.user();
-    let mut all = Vec::new();
-    for i in 0..40 {
-        let r = if i < 20 {
-            format!("PT{}S", i + 1)
-        } else {
-            "PT25S".into()
-        };
-        let spec = AppSpec {
-            executors: 0,
-            annotations: &[
-                ("podsweep.test/succeed-after", "3s"),
-                ("podsweep.org/retain-period", r.as_str()),
-            ],
-            node: None,
-        };
-        all.push(submit(k, ns, &format!("late-{i:02}"), &spec).await);
-    }
+    let all = drivers_past_podgc(k, ns, "late", "PT25S").await;
     wait_all_gone(k, ns, &all, WITHIN).await;
     let servers = [server];
     // Every DELETE podsweep sent has had its answer once nothing is due or in flight.

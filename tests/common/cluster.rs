@@ -461,3 +461,40 @@ pub fn outcomes(servers: &[Server], ns: &str, class: &str) -> u64 {
         .map(|s| s.status(ns)["outcomes"][class].as_u64().unwrap_or(0))
         .sum()
 }
+
+/// A fleet's settings: ZooKeeper at `zk`, cleanup kind ALL, retain 1 s, then `more`.
+pub fn settings(
+    zk: &super::zk::ZkServer,
+    more: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
+    let mut out = vec![
+        (keys::HA_ADDRESSES, zk.addr()),
+        (keys::CLEANUP_KIND, "ALL".to_owned()),
+        (keys::RETAIN_PERIOD, "PT1S".to_owned()),
+    ];
+    for (key, v) in more {
+        out.retain(|(k, _)| k != key);
+        out.push((key, (*v).to_owned()));
+    }
+    out
+}
+
+/// Per pod of `ns`, the codes of the DELETEs any of `users` sent, from the audit log.
+pub fn podsweep_deletes(k: &RealKube, ns: &str, users: &[String]) -> BTreeMap<String, Vec<u16>> {
+    let mut out: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+    for d in deletes(k, ns, "pods") {
+        if users.contains(&d.user) {
+            out.entry(d.name).or_default().push(d.code);
+        }
+    }
+    out
+}
+
+/// [`submit`] for each of `names`, one after the other.
+pub async fn apps(k: &RealKube, ns: &str, names: &[String], spec: &AppSpec<'_>) -> Vec<SparkApp> {
+    let mut out = Vec::new();
+    for n in names {
+        out.push(submit(k, ns, n, spec).await);
+    }
+    out
+}
