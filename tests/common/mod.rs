@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod cluster;
 pub mod election;
 pub mod etcd;
 pub mod fixture;

@@ -3,6 +3,11 @@
 //! ends (`--owner-pid`). Servers act under ServiceAccounts of their own (a token each, from the
 //! TokenRequest API), so the audit log tells which server sent each request.
 //!
+//! [`RealKube::cluster`] is the full control plane (`scripts/kube up --cluster`: the controller
+//! manager, the scheduler and KWOK nodes beside the API server), also one per test process and
+//! stopped with it: the controllers, not the test kit, make each namespace's default
+//! ServiceAccount and `kube-root-ca.crt` there.
+//!
 //! A suite that needs it and cannot start it fails (the message says why): it never passes
 //! without having run.
 
@@ -30,7 +35,13 @@ pub struct RealKube {
     pub ca: PathBuf,
     pub audit: PathBuf,
     pub version: String,
+    /// The full control plane (`--cluster`): the names of its KWOK nodes; empty otherwise.
+    pub nodes: Vec<String>,
 }
+
+/// PodGC's threshold on [`RealKube::cluster`]: a test that wants PodGC at work puts more
+/// terminated pods than this in the cluster at once; the others stay below it.
+pub const CLUSTER_POD_GC_THRESHOLD: usize = 10;
 
 /// One DELETE of a pod, from the audit log.
 #[derive(Clone, Debug)]
@@ -48,16 +59,29 @@ impl RealKube {
     /// The process's API server, started on first use.
     pub fn shared() -> &'static RealKube {
         static ONE: OnceLock<RealKube> = OnceLock::new();
-        ONE.get_or_init(Self::up)
+        ONE.get_or_init(|| Self::up("podsweep-real-kube-", &[]))
     }
 
-    fn up() -> RealKube {
+    /// The process's full control plane (API server, controller manager, scheduler, kwok with
+    /// two nodes; PodGC's threshold [`CLUSTER_POD_GC_THRESHOLD`]), started on first use.
+    pub fn cluster() -> &'static RealKube {
+        static ONE: OnceLock<RealKube> = OnceLock::new();
+        ONE.get_or_init(|| {
+            let gc = CLUSTER_POD_GC_THRESHOLD.to_string();
+            Self::up(
+                "podsweep-real-cluster-",
+                &["--cluster", "--pod-gc-threshold", &gc, "--nodes", "2"],
+            )
+        })
+    }
+
+    fn up(prefix: &str, extra: &[&str]) -> RealKube {
         // The directories of earlier test processes that have ended (their servers stopped with
         // them): each holds an etcd data directory and an audit log.
         if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let Some(pid) = name.strip_prefix("podsweep-real-kube-") else {
+                let Some(pid) = name.strip_prefix(prefix) else {
                     continue;
                 };
                 if pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists() {
@@ -66,18 +90,21 @@ impl RealKube {
             }
         }
         let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let dir = std::env::temp_dir().join(format!("podsweep-real-kube-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
+        // --owner-pid: scripts/kube's watchdog stops every process it started (by PID) once this
+        // test process ends, however it ends (a static is never dropped).
         let out = Command::new(repo.join("scripts/kube"))
             .arg("up")
             .arg(&dir)
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
+            .args(extra)
             .output()
             .expect("run scripts/kube up");
         assert!(
             out.status.success(),
-            "scripts/kube up failed (a real kube-apiserver is needed: scripts/setup kube builds \
-             it): {}",
+            "scripts/kube up {extra:?} failed (a real kube-apiserver is needed: scripts/setup kube \
+             builds it; --cluster also needs scripts/kube build --cluster): {}",
             String::from_utf8_lossy(&out.stderr)
         );
         let env: HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
@@ -97,7 +124,16 @@ impl RealKube {
             ca: PathBuf::from(get("PODSWEEP_KUBE_CA")),
             audit: PathBuf::from(get("PODSWEEP_KUBE_AUDIT")),
             version: get("PODSWEEP_KUBE_VERSION"),
+            nodes: env
+                .get("PODSWEEP_KUBE_NODES")
+                .map(|n| n.split(',').map(str::to_owned).collect())
+                .unwrap_or_default(),
         }
+    }
+
+    /// Whether this is the full control plane ([`RealKube::cluster`]).
+    pub fn is_cluster(&self) -> bool {
+        !self.nodes.is_empty()
     }
 
     /// Kyuubi's client keys for `token`.
@@ -132,9 +168,24 @@ impl RealKube {
 
     pub async fn namespace(&self, ns: &str) {
         let c = self.admin().await;
-        let api: Api<Namespace> = Api::all(c);
+        let api: Api<Namespace> = Api::all(c.clone());
         let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
         let _ = api.create(&PostParams::default(), &n).await;
+        if self.is_cluster() {
+            // The controllers' work: the ServiceAccount controller's `default`, the root-CA
+            // publisher's `kube-root-ca.crt` (the election key).
+            let sas: Api<ServiceAccount> = Api::namespaced(c.clone(), ns);
+            let cms: Api<ConfigMap> = Api::namespaced(c.clone(), ns);
+            for _ in 0..300 {
+                let sa = sas.get_opt("default").await.ok().flatten();
+                let cm = cms.get_opt("kube-root-ca.crt").await.ok().flatten();
+                if sa.is_some() && cm.is_some() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("{ns}: no default ServiceAccount or kube-root-ca.crt after 30 s");
+        }
         // No controller-manager: every namespace needs its default ServiceAccount for pods.
         let sas: Api<ServiceAccount> = Api::namespaced(self.admin().await, ns);
         let sa: ServiceAccount =

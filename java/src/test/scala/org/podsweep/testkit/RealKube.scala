@@ -54,19 +54,32 @@ final case class AuditEvent(
  * with running container statuses, as a kubelet would; a graceful DELETE of a pod bound to a node
  * (`spec.nodeName`) is finished by [[NodeSim]] (containers stopped, DELETE with grace 0 and the
  * UID precondition), unless a finalizer holds the pod.
+ *
+ * `cluster = true` starts the full control plane instead (`scripts/kube up --cluster`): the
+ * controller manager (its ServiceAccount controller and root-CA publisher make each namespace's
+ * `default` ServiceAccount and `kube-root-ca.crt`, which [[ensureNamespace]] then waits for; the
+ * garbage collector; PodGC with `podGcThreshold`), the scheduler and KWOK with `nodes` nodes
+ * ([[nodeNames]]), which runs every pod bound to them (scripts/lib/kwok-stages.yaml: annotate a
+ * pod `podsweep.test/succeed-after: 3s` to have it Succeeded 3 s after it runs). Create such pods
+ * without a status: KWOK writes it.
  */
 final class RealKube(
     val dir: Path,
     extraFlags: Seq[String] = Nil,
     minRequestTimeoutS: Int = 1800,
-    shared: Boolean = false) extends TestApi {
+    shared: Boolean = false,
+    cluster: Boolean = false,
+    podGcThreshold: Int = 20,
+    nodes: Int = 2) extends TestApi {
   import RealKube._
 
   private val env: Map[String, String] = {
     Files.createDirectories(dir)
     val pid = java.lang.management.ManagementFactory.getRuntimeMXBean.getName.takeWhile(_ != '@')
     val cmd = Seq(script.getAbsolutePath, "up", dir.toString, "--owner-pid", pid,
-      "--min-request-timeout", minRequestTimeoutS.toString) ++ (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
+      "--min-request-timeout", minRequestTimeoutS.toString) ++
+      (if (cluster) Seq("--cluster", "--pod-gc-threshold", podGcThreshold.toString, "--nodes", nodes.toString) else Nil) ++
+      (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
     val p = new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(dir.resolveSibling(dir.getFileName.toString + ".up.log").toFile))
       .start()
@@ -86,6 +99,8 @@ final class RealKube(
   /** The etcd that stores this API server's objects (for compaction). */
   val etcdUrl: String = env("PODSWEEP_KUBE_ETCD")
   val kubeconfig: String = env("KUBECONFIG")
+  /** The KWOK nodes of the full control plane (`cluster = true`); empty otherwise. */
+  val nodeNames: Seq[String] = env.get("PODSWEEP_KUBE_NODES").toSeq.flatMap(_.split(",")).filter(_.nonEmpty)
   @volatile private var apiserverPidNow: Long = env("PODSWEEP_KUBE_APISERVER_PID").toLong
   /** The PID of the running kube-apiserver. */
   def apiserverPid: Long = apiserverPidNow
@@ -137,7 +152,17 @@ final class RealKube(
 
   /** Creates `ns` (and its `default` ServiceAccount, which a controller manager would) once. */
   def ensureNamespace(ns: String): Unit = if (!namespaces.contains(ns)) synchronized {
-    if (!namespaces.contains(ns)) {
+    if (!namespaces.contains(ns) && cluster) {
+      // The controllers' work: the ServiceAccount controller's `default`, the publisher's CA.
+      ignoreConflict(admin.namespaces().resource(new NamespaceBuilder().withNewMetadata().withName(ns).endMetadata().build()).create())
+      val until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
+      while ((admin.serviceAccounts().inNamespace(ns).withName("default").get() == null ||
+          admin.configMaps().inNamespace(ns).withName("kube-root-ca.crt").get() == null) && System.nanoTime() < until)
+        Thread.sleep(100)
+      if (admin.configMaps().inNamespace(ns).withName("kube-root-ca.crt").get() == null)
+        throw new IllegalStateException(s"$ns: the controller manager made no kube-root-ca.crt within 30 s")
+      namespaces.add(ns)
+    } else if (!namespaces.contains(ns)) {
       ignoreConflict(admin.namespaces().resource(new NamespaceBuilder().withNewMetadata().withName(ns).endMetadata().build()).create())
       ignoreConflict(admin.serviceAccounts().inNamespace(ns)
         .resource(new ServiceAccountBuilder().withNewMetadata().withName("default").endMetadata().build()).create())
@@ -443,6 +468,14 @@ object RealKube {
     }
 
   private lazy val sharedOne: RealKube = new RealKube(Files.createTempDirectory("podsweep-kube-"), shared = true)
+  private lazy val sharedClusterOne: RealKube =
+    new RealKube(Files.createTempDirectory("podsweep-cluster-"), shared = true, cluster = true)
+
+  /**
+   * One full control plane for the whole test JVM (`scripts/kube up --cluster`: controller manager,
+   * scheduler, two KWOK nodes, PodGC's threshold 20), started on first use, stopped when the JVM exits.
+   */
+  def sharedCluster: RealKube = sharedClusterOne
 
   /**
    * One control plane for the whole test JVM (suites use namespaces of their own), started on first
