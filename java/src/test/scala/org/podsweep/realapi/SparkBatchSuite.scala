@@ -75,11 +75,12 @@ class SparkBatchSuite extends AnyFunSuite {
       val rest = new org.podsweep.testkit.KyuubiRest(SparkRun.restUrl(conf))
       val token = SparkRun.sparkIdentity(kube, ns)
       val b = rest.submit("sparkpi", "org.apache.spark.examples.SparkPi",
-        s"local:///opt/spark/examples/jars/spark-examples_${SparkHome.Scala}-${SparkHome.Version}.jar",
+        SparkHome.examplesResource,
         SparkRun.batchConf(kube, ns, token, None, 2), Seq("10"))
       val admin = kube.admin
       val driver = org.scalatest.concurrent.Eventually.eventually(
-        org.scalatest.concurrent.Eventually.timeout(org.scalatest.time.Span(120, org.scalatest.time.Seconds))) {
+        org.scalatest.concurrent.Eventually.timeout(org.scalatest.time.Span(120, org.scalatest.time.Seconds)),
+        org.scalatest.concurrent.Eventually.interval(org.scalatest.time.Span(500, org.scalatest.time.Millis))) {
         val d = admin.pods().inNamespace(ns).withLabel("kyuubi-unique-tag", b.id).list().getItems.asScala
         assert(d.size == 1, rest.localLog(b.id, 40).mkString("\n"))
         val p = d.head

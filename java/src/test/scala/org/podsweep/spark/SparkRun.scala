@@ -7,7 +7,7 @@ import scala.collection.JavaConverters._
 import scala.collection.mutable
 
 import io.fabric8.kubernetes.api.model.{HasMetadata, Pod}
-import io.fabric8.kubernetes.api.model.rbac.RoleBindingBuilder
+import io.fabric8.kubernetes.api.model.rbac.{PolicyRuleBuilder, RoleBindingBuilder, RoleBuilder}
 import io.fabric8.kubernetes.client.{KubernetesClient, KubernetesClientException}
 import org.podsweep.testkit.{HaBackend, KyuubiBatch, KyuubiHome, KyuubiRest, KyuubiServer, RealKube, SparkExecutors, SparkHome}
 
@@ -107,13 +107,24 @@ object SparkRun {
   private def ignoreConflict[A](f: => A): Unit =
     try f catch { case e: KubernetesClientException if e.getCode == 409 => () }
 
-  /** The driver's ServiceAccount `spark`, bound to the API server's `edit` ClusterRole in `ns`: spark-submit's and the driver's identity. */
+  /**
+   * The ServiceAccount `spark` of `ns`: spark-submit's identity and the driver's (which makes the
+   * executors), with a Role of what Spark's documentation asks for the driver's account: pods,
+   * ConfigMaps, Services and PersistentVolumeClaims in the namespace. (Not the `edit` ClusterRole:
+   * it is aggregated by a controller this control plane does not run.)
+   */
   def sparkIdentity(kube: RealKube, ns: String): Path = {
     kube.ensureNamespace(ns)
     val (_, tokenFile) = kube.serviceAccountToken("spark", ns)
+    ignoreConflict(kube.admin.rbac().roles().inNamespace(ns).resource(new RoleBuilder()
+      .withNewMetadata().withName("spark").endMetadata()
+      .withRules(new PolicyRuleBuilder().withApiGroups("")
+        .withResources("pods", "configmaps", "services", "persistentvolumeclaims")
+        .withVerbs("create", "get", "list", "watch", "update", "patch", "delete", "deletecollection").build())
+      .build()).create())
     ignoreConflict(kube.admin.rbac().roleBindings().inNamespace(ns).resource(new RoleBindingBuilder()
-      .withNewMetadata().withName("spark-edit").endMetadata()
-      .withNewRoleRef("rbac.authorization.k8s.io", "ClusterRole", "edit")
+      .withNewMetadata().withName("spark").endMetadata()
+      .withNewRoleRef("rbac.authorization.k8s.io", "Role", "spark")
       .addNewSubject().withKind("ServiceAccount").withName("spark").withNamespace(ns).endSubject()
       .build()).create())
     tokenFile
@@ -191,7 +202,7 @@ object SparkRun {
         val cancel = i >= spec.batches
         val conf = batchConf(kube, ns, tokenFile, if (cancel) None else Some(spec.succeedAfter), spec.executors)
         val b = rest.submit(f"sparkpi-$i%02d", "org.apache.spark.examples.SparkPi",
-          s"local:///opt/spark/examples/jars/spark-examples_${SparkHome.Scala}-${SparkHome.Version}.jar", conf, Seq("10"))
+          SparkHome.examplesResource, conf, Seq("10"))
         BatchRun(b.id, server.name, cancel, System.currentTimeMillis())
       }
       spec.progress(s"$total batches submitted through POST /api/v1/batches (${spec.canceled} to cancel)")

@@ -1,9 +1,7 @@
 package org.podsweep.testkit
 
-import java.net.URI
-import java.net.http.{HttpClient, HttpRequest, HttpResponse}
+import java.net.{HttpURLConnection, URL}
 import java.nio.charset.StandardCharsets
-import java.time.Duration
 import java.util.Base64
 
 import scala.collection.JavaConverters._
@@ -21,19 +19,38 @@ final case class KyuubiBatch(id: String, state: String, appId: Option[String], a
  * JSON over HTTP, the user in HTTP Basic (the server authenticates nobody: kyuubi.authentication NONE).
  */
 final class KyuubiRest(val baseUrl: String, user: String = "podsweep") {
-  private val http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build()
   private val json = new ObjectMapper()
   private val auth = "Basic " + Base64.getEncoder.encodeToString(s"$user:".getBytes(StandardCharsets.UTF_8))
 
   private def send(method: String, path: String, body: Option[String]): (Int, String) = {
-    val b = HttpRequest.newBuilder(URI.create(baseUrl + path)).timeout(Duration.ofSeconds(60))
-      .header("Authorization", auth).header("Accept", "application/json")
-    val req = body match {
-      case Some(s) => b.header("Content-Type", "application/json").method(method, HttpRequest.BodyPublishers.ofString(s)).build()
-      case None => b.method(method, HttpRequest.BodyPublishers.noBody()).build()
-    }
-    val r = http.send(req, HttpResponse.BodyHandlers.ofString())
-    (r.statusCode(), r.body())
+    val c = new URL(baseUrl + path).openConnection().asInstanceOf[HttpURLConnection]
+    try {
+      c.setConnectTimeout(5000)
+      c.setReadTimeout(60000)
+      c.setRequestMethod(method)
+      c.setRequestProperty("Authorization", auth)
+      c.setRequestProperty("Accept", "application/json")
+      body.foreach { s =>
+        c.setDoOutput(true)
+        c.setRequestProperty("Content-Type", "application/json")
+        val out = c.getOutputStream
+        try out.write(s.getBytes(StandardCharsets.UTF_8)) finally out.close()
+      }
+      val code = c.getResponseCode
+      val in = Option(if (code / 100 == 2) c.getInputStream else c.getErrorStream)
+      val text = in.map { i =>
+        try new String(readAll(i), StandardCharsets.UTF_8) finally i.close()
+      }.getOrElse("")
+      (code, text)
+    } finally c.disconnect()
+  }
+
+  private def readAll(in: java.io.InputStream): Array[Byte] = {
+    val out = new java.io.ByteArrayOutputStream()
+    val buf = new Array[Byte](8192)
+    var n = in.read(buf)
+    while (n >= 0) { out.write(buf, 0, n); n = in.read(buf) }
+    out.toByteArray
   }
 
   private def ok(what: String, r: (Int, String)): JsonNode = {

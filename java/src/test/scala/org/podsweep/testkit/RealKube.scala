@@ -59,14 +59,15 @@ final class RealKube(
     val dir: Path,
     extraFlags: Seq[String] = Nil,
     minRequestTimeoutS: Int = 1800,
-    shared: Boolean = false) extends TestApi {
+    shared: Boolean = false,
+    upFlags: Seq[String] = Nil) extends TestApi {
   import RealKube._
 
   private val env: Map[String, String] = {
     Files.createDirectories(dir)
     val pid = java.lang.management.ManagementFactory.getRuntimeMXBean.getName.takeWhile(_ != '@')
     val cmd = Seq(script.getAbsolutePath, "up", dir.toString, "--owner-pid", pid,
-      "--min-request-timeout", minRequestTimeoutS.toString) ++ (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
+      "--min-request-timeout", minRequestTimeoutS.toString) ++ upFlags ++ (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
     val p = new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(dir.resolveSibling(dir.getFileName.toString + ".up.log").toFile))
       .start()

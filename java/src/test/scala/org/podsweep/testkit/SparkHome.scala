@@ -4,8 +4,7 @@ import java.io.File
 
 /**
  * The SPARK_HOME scripts/spark lays out ($PODSWEEP_SPARK_HOME, else
- * `~/.cache/podsweep-tools/spark-<version>`): Spark's jars from the Maven registry, the examples jar,
- * and podsweep's own `bin/spark-submit` (Spark's `org.apache.spark.deploy.SparkSubmit`). Kyuubi finds
+ * `~/.cache/podsweep-tools/spark-<version>`): Spark's jars from the Maven registry and podsweep's own `bin/spark-submit` (Spark's `org.apache.spark.deploy.SparkSubmit`). Kyuubi finds
  * it through `kyuubi.engineEnv.SPARK_HOME`, as an operator's server does.
  *
  * # Caveats
@@ -24,13 +23,15 @@ object SparkHome {
 
   def sparkSubmit: File = new File(dir, "bin/spark-submit")
 
-  /** The examples jar (SparkPi), as a `local://` resource: a path inside the driver's image. */
-  def examplesResource: String = s"local://${new File(dir, s"examples/jars/spark-examples_$Scala-$Version.jar").getAbsolutePath}"
+  /**
+   * SparkPi's jar as a path inside Spark's image (`local://`, as Spark's docs submit it): spark-submit
+   * in cluster mode does not open it, and the registry does not serve spark-examples.
+   */
+  def examplesResource: String = s"local:///opt/spark/examples/jars/spark-examples_$Scala-$Version.jar"
 
   /** Why this SPARK_HOME cannot be used, or None. */
   def missing: Option[String] =
     if (!sparkSubmit.canExecute) Some(s"no SPARK_HOME at $dir (scripts/spark)")
     else if (!new File(dir, s"jars/spark-core_$Scala-$Version.jar").isFile) Some(s"$dir has no spark-core jar (scripts/spark)")
-    else if (!new File(dir, s"examples/jars/spark-examples_$Scala-$Version.jar").isFile) Some(s"$dir has no examples jar (scripts/spark)")
     else None
 }
