@@ -235,6 +235,9 @@ object SparkRun {
       }
       val now = System.currentTimeMillis()
       val pods = admin.pods().inNamespace(ns).list().getItems.asScala.toVector
+      // Spark makes the ConfigMap and Service first and adds the driver as their owner once the pod exists.
+      val configMaps = admin.configMaps().inNamespace(ns).list().getItems.asScala.toVector
+      val services = admin.services().inNamespace(ns).list().getItems.asScala.toVector
       def driverOf(b: BatchRun): Option[Pod] = pods.find(p => Option(p.getMetadata.getLabels)
         .exists(l => l.get("kyuubi-unique-tag") == b.id && l.get("spark-role") == "driver"))
       batches.foreach { b =>
@@ -245,12 +248,12 @@ object SparkRun {
           b.appId = Option(p.getMetadata.getLabels.get("spark-app-selector"))
         }
         d.filter(_.getMetadata.getUid == b.uid.orNull).foreach { p =>
+          b.configMaps = math.max(b.configMaps, configMaps.count(owned(_, p.getMetadata.getUid)))
+          b.services = math.max(b.services, services.count(owned(_, p.getMetadata.getUid)))
           val phase = Option(p.getStatus).map(_.getPhase).getOrElse("")
           if (b.runningAt.isEmpty && phase == "Running" && p.getMetadata.getDeletionTimestamp == null) {
             b.runningAt = Some(now)
             b.executors = SparkExecutors.create(driverClient, ns, p, spec.executors).size
-            b.configMaps = admin.configMaps().inNamespace(ns).list().getItems.asScala.count(owned(_, b.uid.get))
-            b.services = admin.services().inNamespace(ns).list().getItems.asScala.count(owned(_, b.uid.get))
             if (b.cancel) {
               b.canceledAt = Some(System.currentTimeMillis())
               val (ok, msg) = rest(b.server).cancel(b.id)
