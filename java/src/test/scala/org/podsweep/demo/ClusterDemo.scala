@@ -91,13 +91,13 @@ object ClusterDemo {
       "with kube-controller-manager, kube-scheduler and KWOK nodes")
     line(s"baseline: ${b.spec.kind.label} (kind ALL); podsweep: ${p.spec.kind.label}")
     line()
-    line(f"${"phase"}%-24s ${"drivers"}%8s ${"DELETEs"}%8s ${"per driver"}%11s ${"executors"}%10s ${"CMs"}%5s ${"Svcs"}%5s " +
+    line(f"${"phase"}%-24s ${"drivers"}%8s ${"DELETEs"}%8s ${"per driver"}%11s ${"executors"}%10s ${"CMs GC'd"}%9s ${"Svcs GC'd"}%10s " +
       f"${"orphans (exec/CM/Svc)"}%22s ${"GC s (max)"}%11s ${"PodGC"}%6s ${"canceled gone s"}%16s")
     Seq(b, p).foreach { r =>
       val l = left(r)
       val dels = r.drivers.flatMap(_.pod).map(r.serverDeletes(_).size).sum
-      line(f"${r.spec.kind.label}%-24s ${r.drivers.size}%8d $dels%8d ${perDriver(r)}%11.2f ${r.executorsMade}%10d ${r.configMapsMade}%5d " +
-        f"${r.servicesMade}%5d ${s"${l.executors}/${l.configMaps}/${l.services}"}%22s ${max(r.gcMillis)}%11s " +
+      line(f"${r.spec.kind.label}%-24s ${r.drivers.size}%8d $dels%8d ${perDriver(r)}%11.2f ${r.executorsMade}%10d ${r.gcDeletedOwned.getOrElse("configmaps", 0)}%9d " +
+        f"${r.gcDeletedOwned.getOrElse("services", 0)}%10d ${s"${l.executors}/${l.configMaps}/${l.services}"}%22s ${max(r.gcMillis)}%11s " +
         f"${r.deletes.count(d => r.isPodGc(d.user))}%6d ${max(r.cancelMillis)}%16s")
     }
     line()
@@ -113,12 +113,14 @@ object ClusterDemo {
         s"${prefix}server_deletes_per_driver" -> f"${perDriver(r)}%.2f",
         s"${prefix}max_server_deletes_of_a_driver" -> r.perDriver(r.drivers).foldLeft(0)(math.max).toString,
         s"${prefix}executors" -> r.executorsMade.toString,
-        s"${prefix}configmaps" -> r.configMapsMade.toString,
-        s"${prefix}services" -> r.servicesMade.toString,
+        s"${prefix}configmaps_deleted_by_gc" -> r.gcDeletedOwned.getOrElse("configmaps", 0).toString,
+        s"${prefix}services_deleted_by_gc" -> r.gcDeletedOwned.getOrElse("services", 0).toString,
         s"${prefix}orphan_executors" -> l.executors.toString,
         s"${prefix}orphan_configmaps" -> l.configMaps.toString,
         s"${prefix}orphan_services" -> l.services.toString,
         s"${prefix}gc_ms_max" -> r.gcMillis.foldLeft(0L)(math.max).toString,
+        s"${prefix}gc_ms" -> r.gcMillis.sorted.mkString("[", ",", "]"),
+        s"${prefix}executors_deleted_by_gc" -> r.deletes.count(d => r.isGc(d.user) && !r.driverNames.contains(d.pod)).toString,
         s"${prefix}gc_deletes" -> r.deletes.count(d => r.isGc(d.user)).toString,
         s"${prefix}pod_gc_deletes" -> r.deletes.count(d => r.isPodGc(d.user)).toString,
         s"${prefix}pod_gc_double_deletes" -> r.podGcDoubles.toString,

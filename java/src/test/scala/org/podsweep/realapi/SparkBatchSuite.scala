@@ -38,7 +38,7 @@ class SparkBatchSuite extends AnyFunSuite {
     s"${r.spec.kind.label} on ${r.apiServer}: ${r.completed.size} completed + ${r.canceled.size} canceled batches " +
       s"(states ${r.states}); server DELETEs per completed driver ${r.perDriver(r.completed)}, per canceled driver " +
       s"${r.perDriver(r.canceled)}; made ${r.executorsMade} executors, ${r.configMapsMade} ConfigMaps, ${r.servicesMade} Services, " +
-      s"left after the GC ${SparkRun.leftovers(ClusterKube.instance.admin, r.spec.namespace, r.drivers)}; GC took ${ms(r.gcMillis)}; " +
+      s"deleted by the GC ${r.gcDeletedOwned}, left after the GC ${SparkRun.leftovers(ClusterKube.instance.admin, r.spec.namespace, r.drivers)}; GC took ${ms(r.gcMillis)}; " +
       s"canceled pods gone ${ms(r.cancelMillis)} after the REST DELETE; completed pods gone ${ms(r.cleanupMillis)} after Succeeded; " +
       s"other deleters ${r.othersByUser}"
   }
@@ -47,8 +47,9 @@ class SparkBatchSuite extends AnyFunSuite {
     val r = run(kind, ns, batches = 4, canceled = 2)
     info(describe(r))
     assert(r.drivers.size == 6, r.batches)
-    // Spark made each driver's ConfigMap and Service, owned by the driver pod.
-    assert(r.configMapsMade >= 6 && r.servicesMade == 6, (r.configMapsMade, r.servicesMade))
+    // Spark made each driver's ConfigMap and Service, owned by the driver pod; the garbage
+    // collector deleted them (audit log).
+    assert(r.gcDeletedOwned.getOrElse("configmaps", 0) >= 6 && r.gcDeletedOwned.getOrElse("services", 0) >= 6, r.gcDeletedOwned)
     assert(r.perDriver(r.completed).forall(_ == 1), s"server DELETEs per completed driver: ${r.perDriver(r.completed)}")
     assert(r.perDriver(r.canceled).forall(_ == 1), s"server DELETEs per canceled driver: ${r.perDriver(r.canceled)}")
     assert(r.completed.forall(_.state.exists(_.state == "FINISHED")), r.completed.map(_.state))

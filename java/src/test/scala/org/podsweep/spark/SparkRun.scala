@@ -71,7 +71,10 @@ object SparkRun {
   /** A pod DELETE of the run, from the audit log: which pod, who, answer, when. */
   final case class Delete(pod: String, user: String, code: Int, atMillis: Long)
 
-  final case class Result(spec: Spec, apiServer: String, batches: Seq[BatchRun], deletes: Seq[Delete], servers: Seq[String]) {
+  final case class Result(spec: Spec, apiServer: String, batches: Seq[BatchRun], deletes: Seq[Delete], servers: Seq[String],
+      ownedDeletes: Seq[(String, Delete)] = Nil) {
+    /** ConfigMaps and Services of the namespace the garbage collector deleted (audit log): resource -> count. */
+    def gcDeletedOwned: Map[String, Int] = ownedDeletes.filter(d => isGc(d._2.user)).groupBy(_._1).map { case (r, ds) => r -> ds.size }
     private def byServer(d: Delete): Boolean = servers.exists(s => RealKube.identityOf(d.user) == RealKube.saName(s))
     def drivers: Seq[BatchRun] = batches.filter(_.pod.isDefined)
     def driverNames: Set[String] = drivers.flatMap(_.pod).toSet
@@ -215,7 +218,10 @@ object SparkRun {
       val deletes = kube.audit.filter(e => e.verb == "delete" && e.resource == "pods" && e.subresource.isEmpty &&
           e.namespace == ns && e.stage == "ResponseComplete")
         .map(e => Delete(e.name, e.user, e.code, e.atMillis))
-      Result(spec, kube.name, batches, deletes, fleet.map(_._1.name))
+      val ownedDeletes = kube.audit.filter(e => e.verb == "delete" && (e.resource == "configmaps" || e.resource == "services") &&
+          e.namespace == ns && e.stage == "ResponseComplete")
+        .map(e => e.resource -> Delete(e.name, e.user, e.code, e.atMillis))
+      Result(spec, kube.name, batches, deletes, fleet.map(_._1.name), ownedDeletes)
     } finally {
       started.foreach { case (s, _) => scala.util.Try(s.close()) }
       driverClient.close()
@@ -254,7 +260,14 @@ object SparkRun {
           if (b.runningAt.isEmpty && phase == "Running" && p.getMetadata.getDeletionTimestamp == null) {
             b.runningAt = Some(now)
             b.executors = SparkExecutors.create(driverClient, ns, p, spec.executors).size
-            if (b.cancel) {
+          }
+          // A running batch is canceled once spark-submit has made the driver the owner of its
+          // ConfigMap and Service (or 30 s after it runs): a kill of spark-submit before that
+          // leaves them unmade, and the garbage collector's cascade untested.
+          val submitted = b.configMaps > 0 && b.services > 0
+          if (b.cancel && b.canceledAt.isEmpty && b.runningAt.exists(r => submitted || now - r > 30000) &&
+              p.getMetadata.getDeletionTimestamp == null) {
+            {
               b.canceledAt = Some(System.currentTimeMillis())
               val (ok, msg) = rest(b.server).cancel(b.id)
               spec.progress(s"batch ${b.id} canceled through DELETE /api/v1/batches ($ok: $msg)")
