@@ -124,6 +124,7 @@ object ClusterDemo {
         s"${prefix}gc_deletes" -> r.deletes.count(d => r.isGc(d.user)).toString,
         s"${prefix}pod_gc_deletes" -> r.deletes.count(d => r.isPodGc(d.user)).toString,
         s"${prefix}pod_gc_double_deletes" -> r.podGcDoubles.toString,
+        s"${prefix}submit_failures" -> r.submitFailures.toString,
         s"${prefix}states" -> obj(r.states.toSeq.sorted.map { case (k, v) => k -> v.toString }))
     }
     val json = obj(Seq(

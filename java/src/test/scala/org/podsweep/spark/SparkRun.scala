@@ -65,7 +65,9 @@ object SparkRun {
       var goneAt: Option[Long] = None,
       var dependentsGoneAt: Option[Long] = None,
       var state: Option[KyuubiBatch] = None) {
-    def done: Boolean = dependentsGoneAt.isDefined && state.exists(_.terminal)
+    def done: Boolean = state.exists(_.terminal) && (dependentsGoneAt.isDefined || uid.isEmpty)
+    /** Kyuubi ended the batch before Spark made a driver pod (spark-submit failed). */
+    def submitFailed: Boolean = uid.isEmpty && state.exists(_.terminal)
   }
 
   /** A pod DELETE of the run, from the audit log: which pod, who, answer, when. */
@@ -99,6 +101,7 @@ object SparkRun {
     def cancelMillis: Seq[Long] = canceled.flatMap(b => for (c <- b.canceledAt; g <- b.goneAt) yield g - c)
     /** Milliseconds from a completed driver's Succeeded to its pod gone (retain period included). */
     def cleanupMillis: Seq[Long] = completed.flatMap(b => for (s <- b.succeededAt; g <- b.goneAt) yield g - s)
+    def submitFailures: Int = batches.count(_.submitFailed)
     def states: Map[String, Int] = batches.groupBy(_.state.map(_.state).getOrElse("?")).map { case (s, bs) => s -> bs.size }
   }
 
@@ -142,7 +145,11 @@ object SparkRun {
     "spark.kubernetes.authenticate.driver.serviceAccountName" -> "spark",
     "spark.kubernetes.authenticate.submission.caCertFile" -> kube.caFile,
     "spark.kubernetes.authenticate.submission.oauthTokenFile" -> tokenFile.toString,
-    "spark.executor.instances" -> executors.toString) ++
+    "spark.executor.instances" -> executors.toString,
+    // Spark's client waits 10 s for a connection and an answer by default: too short on a loaded
+    // 2-core machine running the whole control plane and three Kyuubi servers.
+    "spark.kubernetes.submission.connectionTimeout" -> "60000",
+    "spark.kubernetes.submission.requestTimeout" -> "60000") ++
     succeedAfter.map(d => "spark.kubernetes.driver.annotation.podsweep.test/succeed-after" -> d)
 
   /** The fleet's KyuubiConf: whole servers, REST on, one metadata store, Spark found at [[SparkHome]]. */
@@ -200,12 +207,18 @@ object SparkRun {
       val fleet = started.toVector
       spec.progress(s"${fleet.size} whole ${spec.kind.label} servers with the REST frontend on (logs in $dir)")
       val total = spec.batches + spec.canceled
+      // One spark-submit at a time (the next batch once the previous one's driver pod exists, or
+      // Kyuubi ended it): each is a JVM of its own, and a 2-core machine runs the control plane too.
       val batches = (0 until total).map { i =>
         val (server, rest) = fleet(i % fleet.size)
         val cancel = i >= spec.batches
         val conf = batchConf(kube, ns, tokenFile, if (cancel) None else Some(spec.succeedAfter), spec.executors)
         val b = rest.submit(f"sparkpi-$i%02d", "org.apache.spark.examples.SparkPi",
           SparkHome.examplesResource, conf, Seq("10"))
+        val until = System.currentTimeMillis() + 180000
+        def submitted = !admin.pods().inNamespace(ns).withLabel("kyuubi-unique-tag", b.id).list().getItems.isEmpty ||
+          scala.util.Try(rest.get(b.id).terminal).getOrElse(false)
+        while (!submitted && System.currentTimeMillis() < until) Thread.sleep(300)
         BatchRun(b.id, server.name, cancel, System.currentTimeMillis())
       }
       spec.progress(s"$total batches submitted through POST /api/v1/batches (${spec.canceled} to cancel)")
@@ -280,7 +293,8 @@ object SparkRun {
           val left = leftovers(admin, ns, Seq(b))
           if (left == Leftovers(0, 0, 0)) b.dependentsGoneAt = Some(System.currentTimeMillis())
         }
-        if (b.goneAt.isDefined && !b.state.exists(_.terminal)) b.state = scala.util.Try(rest(b.server).get(b.id)).toOption
+        if ((b.goneAt.isDefined || (b.uid.isEmpty && now - b.submittedAt > 5000)) && !b.state.exists(_.terminal))
+          b.state = scala.util.Try(rest(b.server).get(b.id)).toOption
       }
       Thread.sleep(150)
     }
