@@ -207,23 +207,20 @@ object SparkRun {
       val fleet = started.toVector
       spec.progress(s"${fleet.size} whole ${spec.kind.label} servers with the REST frontend on (logs in $dir)")
       val total = spec.batches + spec.canceled
-      // One spark-submit at a time (the next batch once the previous one's driver pod exists, or
-      // Kyuubi ended it): each is a JVM of its own, and a 2-core machine runs the control plane too.
-      val batches = (0 until total).map { i =>
+      // One spark-submit at a time, submitted by the follow loop (the next batch once the previous
+      // one's driver pod exists, or Kyuubi ended it): each is a JVM of its own, and a 2-core machine
+      // runs the control plane too; the loop sees every driver from its start.
+      def submit(i: Int): BatchRun = {
         val (server, rest) = fleet(i % fleet.size)
         val cancel = i >= spec.batches
         val conf = batchConf(kube, ns, tokenFile, if (cancel) None else Some(spec.succeedAfter), spec.executors)
         val b = rest.submit(f"sparkpi-$i%02d", "org.apache.spark.examples.SparkPi",
           SparkHome.examplesResource, conf, Seq("10"))
-        val until = System.currentTimeMillis() + 180000
-        def submitted = !admin.pods().inNamespace(ns).withLabel("kyuubi-unique-tag", b.id).list().getItems.isEmpty ||
-          scala.util.Try(rest.get(b.id).terminal).getOrElse(false)
-        while (!submitted && System.currentTimeMillis() < until) Thread.sleep(300)
         BatchRun(b.id, server.name, cancel, System.currentTimeMillis())
       }
-      spec.progress(s"$total batches submitted through POST /api/v1/batches (${spec.canceled} to cancel)")
       val restOf = fleet.map { case (s, r) => s.name -> r }.toMap
-      follow(spec, kube, admin, driverClient, batches, restOf)
+      val batches = follow(spec, admin, driverClient, total, submit, restOf)
+      spec.progress(s"$total batches submitted through POST /api/v1/batches (${spec.canceled} canceled) and followed to their end")
       // The servers hold nothing more to delete: no DELETE can follow.
       val deadline = System.currentTimeMillis() + 60000
       def idle = fleet.forall { case (s, _) => s.statusOf(ns).forall(st => st.tracked() == 0 && st.inflight() == 0 && st.number("queued") == 0) }
@@ -242,11 +239,15 @@ object SparkRun {
   }
 
   /** Follows every batch to its end: driver running, executors made, canceled or succeeded, gone, dependents gone. */
-  private def follow(spec: Spec, kube: RealKube, admin: KubernetesClient, driverClient: KubernetesClient,
-      batches: Seq[BatchRun], rest: Map[String, KyuubiRest]): Unit = {
+  private def follow(spec: Spec, admin: KubernetesClient, driverClient: KubernetesClient, total: Int,
+      submit: Int => BatchRun, rest: Map[String, KyuubiRest]): Seq[BatchRun] = {
     val ns = spec.namespace
+    val batches = mutable.ArrayBuffer.empty[BatchRun]
     val deadline = System.currentTimeMillis() + spec.deadlineMs
-    while (!batches.forall(_.done)) {
+    while (batches.size < total || !batches.forall(_.done)) {
+      val last = batches.lastOption
+      if (batches.size < total && last.forall(l => l.uid.isDefined || l.submitFailed || System.currentTimeMillis() - l.submittedAt > 180000))
+        batches += submit(batches.size)
       if (System.currentTimeMillis() > deadline) {
         val stuck = batches.filterNot(_.done).map(b => s"${b.id} on ${b.server}: $b; log: " +
           scala.util.Try(rest(b.server).localLog(b.id, 30).mkString(" | ")).getOrElse("?"))
@@ -298,5 +299,6 @@ object SparkRun {
       }
       Thread.sleep(150)
     }
+    batches.toVector
   }
 }
