@@ -70,7 +70,8 @@ final class RealKube(
     shared: Boolean = false,
     cluster: Boolean = false,
     podGcThreshold: Int = 20,
-    nodes: Int = 2) extends TestApi {
+    nodes: Int = 2,
+    upFlags: Seq[String] = Nil) extends TestApi {
   import RealKube._
 
   private val env: Map[String, String] = {
@@ -79,7 +80,7 @@ final class RealKube(
     val cmd = Seq(script.getAbsolutePath, "up", dir.toString, "--owner-pid", pid,
       "--min-request-timeout", minRequestTimeoutS.toString) ++
       (if (cluster) Seq("--cluster", "--pod-gc-threshold", podGcThreshold.toString, "--nodes", nodes.toString) else Nil) ++
-      (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
+      upFlags ++ (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
     val p = new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(dir.resolveSibling(dir.getFileName.toString + ".up.log").toFile))
       .start()
