@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""docs/compatibility.md from the matrix's committed JSON lines (docs/matrix/*.jsonl).
+
+Usage:
+  compat_page.py cells            the documented full matrix, one cell a line: KUBE KYUUBI MODE HA
+  compat_page.py page [--check]   writes docs/compatibility.md; --check: exit 1 when the committed
+                                  page differs from the generated one (scripts/test runs it)
+
+Input lines (scripts/matrix writes them, scripts/stamp stamps them):
+  {"matrix": "cell", "kube", "kyuubi", "mode", "ha", "ran", "pass", "why"?, figures..., "stamp"}
+  {"matrix": "tool", "tool", "version", "path", "seconds", "mb", "stamp"?}
+For each cell of the full matrix the newest line (by its stamp's date) is the one shown; a cell
+with no line is "not run". Lines of cells outside the full matrix are shown as extra cells.
+
+# Guarantees
+- The page is a function of the committed lines and of the cell list below: the same lines give
+  the same bytes, so `--check` catches a hand edit or a line committed without its page.
+
+# Caveats
+- A version's status is only as good as its cells: "passed" means every cell of it that ran passed.
+"""
+import glob
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PAGE = os.path.join(ROOT, "docs", "compatibility.md")
+LINES = os.path.join(ROOT, "docs", "matrix")
+
+KUBE = ["1.32.13", "1.33.13", "1.34.4", "1.35.4", "1.36.3", "1.37.2"]
+KYUUBI = ["1.10.3", "1.11.1", "1.12.0"]
+HA = ["zookeeper-3.4", "zookeeper-3.8", "zookeeper-3.9", "etcd-3.4", "etcd-3.6"]
+# The cell every axis varies from: one component changed at a time.
+BASE = ("1.34.4", "1.12.0", "patch", "zookeeper-3.8")
+
+
+def full_cells():
+    """The documented full matrix: each axis varied from BASE, with the Kyuubi modes each version has."""
+    cells = [BASE]
+    for k in KUBE:
+        cells.append((k, BASE[1], BASE[2], BASE[3]))
+    for y in KYUUBI:
+        modes = ["drop-in", "daemon"] + (["patch"] if y in ("1.11.1", "1.12.0") else [])
+        for m in modes:
+            cells.append((BASE[0], y, m, BASE[3]))
+    for h in HA:
+        cells.append((BASE[0], BASE[1], BASE[2], h))
+    seen, out = set(), []
+    for c in cells:
+        if c not in seen:
+            seen.add(c)
+            out.append(c)
+    return out
+
+
+def key(line):
+    return (line.get("kube", ""), line.get("kyuubi", ""), line.get("mode", ""), line.get("ha", ""))
+
+
+def read_lines():
+    cells, tools = {}, {}
+    for path in sorted(glob.glob(os.path.join(LINES, "*.jsonl"))):
+        with open(path, encoding="utf-8") as f:
+            for n, raw in enumerate(f, 1):
+                raw = raw.strip()
+                if not raw:
+                    continue
+                try:
+                    line = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    sys.exit(f"compat_page: {os.path.relpath(path, ROOT)}:{n}: not JSON: {e}")
+                line["_file"] = os.path.relpath(path, ROOT)
+                kind = line.get("matrix")
+                date = line.get("stamp", {}).get("date", "")
+                if kind == "cell":
+                    k = key(line)
+                    if k not in cells or cells[k].get("stamp", {}).get("date", "") <= date:
+                        cells[k] = line
+                elif kind == "tool":
+                    t = line.get("tool", "")
+                    if t not in tools or line.get("seconds", -1) >= 0:
+                        tools[t] = line
+    return cells, tools
+
+
+def result(line):
+    if line is None:
+        return "not run"
+    if not line.get("ran"):
+        return "not run"
+    return "passed" if line.get("pass") else "FAILED"
+
+
+def commit(line):
+    return line.get("stamp", {}).get("commit", "?")[:12]
+
+
+def day(line):
+    return line.get("stamp", {}).get("date", "?")[:10]
+
+
+def cell_name(c):
+    return f"Kubernetes {c[0]}, Kyuubi {c[1]} {c[2]}, {c[3]}"
+
+
+def status_of(cells, pred):
+    """passed / FAILED / not run for the cells matching pred, with dates and commits."""
+    ran = [l for c, l in cells.items() if pred(c) and l is not None and l.get("ran")]
+    if not ran:
+        return "not run"
+    failed = [l for l in ran if not l.get("pass")]
+    dates = sorted({day(l) for l in ran})
+    commits = sorted({commit(l) for l in ran})
+    word = f"FAILED ({len(failed)} of {len(ran)} cells)" if failed else f"passed ({len(ran)} cells)"
+    return f"{word}, {', '.join(dates)}, commit {', '.join(commits)}"
+
+
+def fmt_failover(l):
+    f = l.get("failover") or {}
+    if not f:
+        return "none"
+    lead = f.get("successor_leading_ms")
+    return f"{f.get('stopped_server')} stopped ({f.get('how')}); {f.get('successor')} led after {lead} ms"
+
+
+def render():
+    lines, tools = read_lines()
+    full = full_cells()
+    cells = {c: lines.get(c) for c in full}
+    extra = sorted(k for k in lines if k not in cells)
+    out = []
+    w = out.append
+    w("# Compatibility")
+    w("")
+    w("<!-- Generated by `scripts/matrix page` from docs/matrix/*.jsonl; do not edit by hand: scripts/test")
+    w("     checks that this page equals the generated one. -->")
+    w("")
+    w("Which versions podsweep works with, from the compatibility matrix (`scripts/matrix`). Each cell runs")
+    w("podsweep in one mode with one Kyuubi version, electing through one HA server, on one Kubernetes")
+    w("version's control plane on loopback, and is judged on four counts: every terminated Spark driver")
+    w("pod deleted by exactly one DELETE, none leaked, no wrongful DELETE (of a decoy, or before its")
+    w("retain period), and one failover (the first scope's leader stopped mid-drain, a successor")
+    w("leading). Every DELETE is counted from the API server's audit log. Only what a committed line")
+    w("says is claimed here: a cell with no line is *not run*, and so are the versions only it covers.")
+    w("")
+    w("## Supported versions")
+    w("")
+    w("| component | version | status (cells, dates, commits) |")
+    w("|---|---|---|")
+    for k in KUBE:
+        w(f"| Kubernetes (kube-apiserver) | {k} | {status_of(cells, lambda c, k=k: c[0] == k)} |")
+    for y in KYUUBI:
+        for m in ("patch", "drop-in", "daemon"):
+            if m == "patch" and y == "1.10.3":
+                continue
+            w(f"| Kyuubi, {m} | {y} | {status_of(cells, lambda c, y=y, m=m: c[1] == y and c[2] == m)} |")
+    for h in HA:
+        w(f"| HA server | {h} | {status_of(cells, lambda c, h=h: c[3] == h)} |")
+    w("")
+    w("Not supported: the patch on Kyuubi 1.10.3 (no cell: the patch is made for 1.12.0's and 1.11.1's")
+    w("`KubernetesApplicationOperation`; see below). Versions outside the table are untested.")
+    w("")
+    w("## Cells")
+    w("")
+    w("| cell | result | DELETEs / pods | 404s | leaked | wrongful | failover | HA server | date | commit |")
+    w("|---|---|---|---|---|---|---|---|---|---|")
+    for c in full + extra:
+        l = lines.get(c)
+        r = result(l)
+        if l is None or not l.get("ran"):
+            w(f"| {cell_name(c)} | {r} | | | | | | | {day(l) if l else ''} | {commit(l) if l else ''} |")
+            continue
+        w(f"| {cell_name(c)} | {r} | {l.get('delete_requests')} / {l.get('pods')} | {l.get('deletes_404')} "
+          f"| {l.get('leaked')} | {l.get('wrongful_deletes')} | {fmt_failover(l)} "
+          f"| {l.get('ha_kind')} {l.get('ha_version')} | {day(l)} | {commit(l)} |")
+    w("")
+    not_run = [(c, lines.get(c)) for c in full + extra if result(lines.get(c)) == "not run"]
+    w("## Not run")
+    w("")
+    if not not_run:
+        w("Every cell of the matrix ran.")
+    for c, l in not_run:
+        why = l.get("why") if l else "no line is committed for this cell (it was not run before the commit)"
+        w(f"- {cell_name(c)}: {why}")
+    w("")
+    w("## How each cell was run")
+    w("")
+    ran = [l for l in lines.values() if l.get("ran")]
+    if ran:
+        l = max(ran, key=lambda x: x.get("stamp", {}).get("date", ""))
+        w(f"Newest cell: {l.get('servers')} servers, {l.get('scopes')} scopes (namespaces), {l.get('pods')} "
+          f"terminated driver pods in two waves plus {l.get('decoys')} decoys, retain period {l.get('retain_ms')} ms; "
+          f"API server: {l.get('stamp', {}).get('api_server', '?')}.")
+        w("")
+    w("- patch: Kyuubi's own `KubernetesApplicationOperation` with java/kyuubi's patch, one JVM per server;")
+    w("  drop-in: stock Kyuubi (its cleaner off) with podsweep's drop-in provider; daemon: the podsweep")
+    w("  daemon, one process per server, next to that Kyuubi version's stock servers with their cleaner")
+    w("  off (`cleanupTerminatedDriverPod.kind=NONE`; their DELETEs, if any, would be counted).")
+    w("- HA servers: ZooKeeper 3.4 is Kyuubi's embedded server (the 3.4.14 server relocated into")
+    w("  `kyuubi-relocated-zookeeper-34`, the jar Kyuubi 1.12.0's `EmbeddedZookeeper` runs); 3.8 is Debian's")
+    w("  `zookeeper` package; 3.9 is `org.apache.zookeeper:zookeeper` from the Maven registry; etcd 3.4 is")
+    w("  Debian's `etcd-server`; etcd 3.6 is built from `go.etcd.io/etcd/server/v3`. Each runs alone on a")
+    w("  loopback port, started and stopped by `scripts/matrix` (scripts/lib/matrix-ha.bash).")
+    w("")
+    w("## Tools: build times and sizes (this 2-core machine)")
+    w("")
+    if tools:
+        w("| tool | version | seconds to fetch or build | MB | date |")
+        w("|---|---|---|---|---|")
+        for t in sorted(tools, key=lambda t: (t.split("-")[0], [int(x) if x.isdigit() else 0 for x in t.replace("-", ".").split(".")[1:]])):
+            l = tools[t]
+            secs = l.get("seconds")
+            w(f"| {t} | {l.get('version')} | {secs if secs is not None and secs >= 0 else 'already there'} "
+              f"| {l.get('mb')} | {l.get('stamp', {}).get('date', l.get('date', '?'))[:10]} |")
+    else:
+        w("No tool line is committed.")
+    w("")
+    w("## Running it")
+    w("")
+    w("```")
+    w("scripts/matrix tools                 # HA servers: fetch or build, each skipped when present")
+    w("scripts/matrix tools kube-1.35.4     # a Kubernetes version (scripts/kube build --cluster)")
+    w("scripts/matrix --kube 1.35.4 --kyuubi 1.12.0 --mode patch --ha etcd-3.6   # one cell")
+    w("scripts/matrix --smoke               # CI's cell (scripts/test)")
+    w("scripts/matrix --full --out docs/matrix/<date>-<commit>.jsonl             # every cell above")
+    w("scripts/matrix page                  # this page, from docs/matrix/*.jsonl")
+    w("```")
+    return "\n".join(out) + "\n"
+
+
+def main(argv):
+    if argv[:1] == ["cells"]:
+        for c in full_cells():
+            print(" ".join(c))
+        return 0
+    if argv[:1] == ["page"]:
+        text = render()
+        if "--check" in argv[1:]:
+            try:
+                with open(PAGE, encoding="utf-8") as f:
+                    have = f.read()
+            except FileNotFoundError:
+                have = ""
+            if have != text:
+                print("docs/compatibility.md differs from what scripts/matrix page generates from docs/matrix/*.jsonl; "
+                      "run scripts/matrix page", file=sys.stderr)
+                return 1
+            print("docs/compatibility.md matches docs/matrix/*.jsonl")
+            return 0
+        with open(PAGE, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {os.path.relpath(PAGE, ROOT)}")
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
