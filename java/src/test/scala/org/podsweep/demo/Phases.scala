@@ -208,8 +208,20 @@ object Phases {
     // Kubernetes reports whole seconds.
     val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
     val sidecar = Option(pod.getSpec).exists(_.getContainers.asScala.exists(_.getName == KyuubiPods.SidecarContainer))
-    val ended = if (sidecar) KyuubiPods.driverEnded(pod, succeeded, at) else KyuubiPods.terminated(pod, succeeded, at)
-    admin.pods().inNamespace(ref.namespace).resource(ended).updateStatus()
+    def ended(p: Pod): Pod = if (sidecar) KyuubiPods.driverEnded(p, succeeded, at) else KyuubiPods.terminated(p, succeeded, at)
+    // On the full control plane the scheduler and kwok write the pod too: a stale copy is refused
+    // (409), so the status is written again onto the newest one.
+    var attempt = 0
+    var done = false
+    var current = pod
+    while (!done) {
+      try { admin.pods().inNamespace(ref.namespace).resource(ended(current)).updateStatus(); done = true }
+      catch {
+        case e: io.fabric8.kubernetes.client.KubernetesClientException if e.getCode == 409 && attempt < 20 =>
+          attempt += 1
+          current = admin.pods().inNamespace(ref.namespace).withName(ref.name).get()
+      }
+    }
     at.toEpochMilli
   }
 

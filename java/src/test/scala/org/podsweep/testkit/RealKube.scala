@@ -54,19 +54,23 @@ final case class AuditEvent(
  * with running container statuses, as a kubelet would; a graceful DELETE of a pod bound to a node
  * (`spec.nodeName`) is finished by [[NodeSim]] (containers stopped, DELETE with grace 0 and the
  * UID precondition), unless a finalizer holds the pod.
+ *
+ * @param upFlags more options of `scripts/kube up` (e.g. `--cluster --pod-gc-threshold N`: the full
+ *                control plane, whose kwok then runs and finishes pods instead of [[NodeSim]])
  */
 final class RealKube(
     val dir: Path,
     extraFlags: Seq[String] = Nil,
     minRequestTimeoutS: Int = 1800,
-    shared: Boolean = false) extends TestApi {
+    shared: Boolean = false,
+    upFlags: Seq[String] = Nil) extends TestApi {
   import RealKube._
 
   private val env: Map[String, String] = {
     Files.createDirectories(dir)
     val pid = java.lang.management.ManagementFactory.getRuntimeMXBean.getName.takeWhile(_ != '@')
     val cmd = Seq(script.getAbsolutePath, "up", dir.toString, "--owner-pid", pid,
-      "--min-request-timeout", minRequestTimeoutS.toString) ++ (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
+      "--min-request-timeout", minRequestTimeoutS.toString) ++ upFlags ++ (if (extraFlags.isEmpty) Nil else "--" +: extraFlags)
     val p = new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(dir.resolveSibling(dir.getFileName.toString + ".up.log").toFile))
       .start()
@@ -240,12 +244,29 @@ final class RealKube(
 
   // ---- pods -------------------------------------------------------------------------------------
 
+  /** The full control plane (`--cluster`): the scheduler binds pods to kwok's nodes and kwok runs them. */
+  val cluster: Boolean = upFlags.contains("--cluster")
+
   override def createPod(client: KubernetesClient, ns: String, pod: Pod): Pod = {
     ensureNamespace(ns)
     val wanted = Option(pod.getStatus).map(_.getPhase).orNull
     val created = client.pods().inNamespace(ns).resource(pod).create()
     if (wanted == null || wanted == "Pending") created
+    else if (cluster) awaitRunning(client, ns, created.getMetadata.getName)
     else client.pods().inNamespace(ns).resource(kubeletStatus(created, wanted)).updateStatus()
+  }
+
+  /** On the full control plane: the pod once kwok (the kubelet's part) reports it Running (30 s at most). */
+  private def awaitRunning(client: KubernetesClient, ns: String, name: String): Pod = {
+    val deadline = System.currentTimeMillis() + 30000
+    var p = client.pods().inNamespace(ns).withName(name).get()
+    while ((p == null || p.getStatus == null || p.getStatus.getPhase != "Running") && System.currentTimeMillis() < deadline) {
+      Thread.sleep(50)
+      p = client.pods().inNamespace(ns).withName(name).get()
+    }
+    if (p == null || p.getStatus == null || p.getStatus.getPhase != "Running")
+      throw new IllegalStateException(s"pod $ns/$name not Running within 30 s on the cluster (scheduler, kwok)")
+    p
   }
 
   /** The status a kubelet writes for a started pod: the phase, its IPs, every container running. */
