@@ -137,10 +137,13 @@ def render():
     w("")
     w("Which versions podsweep works with, from the compatibility matrix (`scripts/matrix`). Each cell runs")
     w("podsweep in one mode with one Kyuubi version, electing through one HA server, on one Kubernetes")
-    w("version's control plane on loopback, and is judged on four counts: every terminated Spark driver")
-    w("pod deleted by exactly one DELETE, none leaked, no wrongful DELETE (of a decoy, or before its")
-    w("retain period), and one failover (the first scope's leader stopped mid-drain, a successor")
-    w("leading). Every DELETE is counted from the API server's audit log. Only what a committed line")
+    w("version's control plane on loopback, and is judged on five counts: every terminated Spark driver")
+    w("pod deleted by exactly one accepted DELETE; no other DELETE but a 404 from a scope's successor")
+    w("right after the failover (its watch had not yet delivered the DELETE event of a pod its")
+    w("predecessor had just deleted: [safety.md](safety.md), guarantee 4; counted in the 404 column);")
+    w("none leaked; no wrongful DELETE (of a decoy, or before its retain period); and one failover (the")
+    w("first scope's leader stopped mid-drain, a successor leading). Every DELETE is counted from the")
+    w("API server's audit log; the cluster's own (kwok finishing a graceful delete) apart. Only what a committed line")
     w("says is claimed here: a cell with no line is *not run*, and so are the versions only it covers.")
     w("")
     w("## Supported versions")
@@ -203,13 +206,14 @@ def render():
     w("## Tools: build times and sizes (this 2-core machine)")
     w("")
     if tools:
-        w("| tool | version | seconds to fetch or build | MB | date |")
-        w("|---|---|---|---|---|")
+        w("| tool | version | seconds to fetch or build | MB | date | what was built, notes |")
+        w("|---|---|---|---|---|---|")
         for t in sorted(tools, key=lambda t: (t.split("-")[0], [int(x) if x.isdigit() else 0 for x in t.replace("-", ".").split(".")[1:]])):
             l = tools[t]
             secs = l.get("seconds")
             w(f"| {t} | {l.get('version')} | {secs if secs is not None and secs >= 0 else 'already there'} "
-              f"| {l.get('mb')} | {l.get('stamp', {}).get('date', l.get('date', '?'))[:10]} |")
+              f"| {l.get('mb')} | {l.get('stamp', {}).get('date', l.get('date', '?'))[:10]} "
+              f"| {'; '.join(x for x in (l.get('parts', ''), l.get('note', '')) if x)} |")
     else:
         w("No tool line is committed.")
     w("")
