@@ -57,8 +57,14 @@ def key(line):
     return (line.get("kube", ""), line.get("kyuubi", ""), line.get("mode", ""), line.get("ha", ""))
 
 
+# Every run of each cell that ran, oldest first: a cell that failed once is reported failed even when a
+# later run passed (a flaky failure is a failure).
+RUNS = {}
+
+
 def read_lines():
     cells, tools = {}, {}
+    RUNS.clear()
     for path in sorted(glob.glob(os.path.join(LINES, "*.jsonl"))):
         with open(path, encoding="utf-8") as f:
             for n, raw in enumerate(f, 1):
@@ -74,6 +80,8 @@ def read_lines():
                 date = line.get("stamp", {}).get("date", "")
                 if kind == "cell":
                     k = key(line)
+                    if line.get("ran"):
+                        RUNS.setdefault(k, []).append(line)
                     if k not in cells or cells[k].get("stamp", {}).get("date", "") <= date:
                         cells[k] = line
                 elif kind == "tool":
@@ -83,12 +91,21 @@ def read_lines():
     return cells, tools
 
 
+def runs_of(line):
+    return sorted(RUNS.get(key(line), []), key=lambda l: l.get("stamp", {}).get("date", ""))
+
+
 def result(line):
+    """passed / FAILED / not run, from every run of the line's cell (its newest line says which ran)."""
     if line is None:
         return "not run"
-    if not line.get("ran"):
+    runs = runs_of(line)
+    if not runs:
         return "not run"
-    return "passed" if line.get("pass") else "FAILED"
+    failed = [l for l in runs if not l.get("pass")]
+    if not failed:
+        return "passed" if len(runs) == 1 else f"passed ({len(runs)} runs)"
+    return "FAILED" if len(runs) == 1 else f"FAILED ({len(failed)} of {len(runs)} runs)"
 
 
 def commit(line):
@@ -105,13 +122,15 @@ def cell_name(c):
 
 def status_of(cells, pred):
     """passed / FAILED / not run for the cells matching pred, with dates and commits."""
-    ran = [l for c, l in cells.items() if pred(c) and l is not None and l.get("ran")]
+    ran = [r for c, l in cells.items() if pred(c) and l is not None for r in runs_of(l)]
     if not ran:
         return "not run"
     failed = [l for l in ran if not l.get("pass")]
     dates = sorted({day(l) for l in ran})
     commits = sorted({commit(l) for l in ran})
-    word = f"FAILED ({len(failed)} of {len(ran)} cells)" if failed else f"passed ({len(ran)} cells)"
+    def cells_n(n):
+        return f"{n} cell" if n == 1 else f"{n} cells"
+    word = f"FAILED ({len(failed)} of {cells_n(len(ran))})" if failed else f"passed ({cells_n(len(ran))})"
     return f"{word}, {', '.join(dates)}, commit {', '.join(commits)}"
 
 
@@ -150,14 +169,16 @@ def render():
     w("")
     w("| component | version | status (cells, dates, commits) |")
     w("|---|---|---|")
+    # Each axis is judged on its own cells: the other three components as in BASE.
     for k in KUBE:
-        w(f"| Kubernetes (kube-apiserver) | {k} | {status_of(cells, lambda c, k=k: c[0] == k)} |")
+        w(f"| Kubernetes (kube-apiserver) | {k} | {status_of(cells, lambda c, k=k: c == (k,) + BASE[1:])} |")
     for y in KYUUBI:
         for m in ("patch", "drop-in", "daemon"):
-            w(f"| Kyuubi, {m} | {y} | {status_of(cells, lambda c, y=y, m=m: c[1] == y and c[2] == m)} |")
+            w(f"| Kyuubi, {m} | {y} | {status_of(cells, lambda c, y=y, m=m: c == (BASE[0], y, m, BASE[3]))} |")
     for h in HA:
-        w(f"| HA server | {h} | {status_of(cells, lambda c, h=h: c[3] == h)} |")
+        w(f"| HA server | {h} | {status_of(cells, lambda c, h=h: c == BASE[:3] + (h,))} |")
     w("")
+    w(f"Each row is judged on the cells that vary that component alone from the base cell ({cell_name(BASE)}).")
     w("A version is supported where its cells passed; versions outside the table, and those whose cells")
     w("did not run, are untested.")
     w("")
@@ -168,20 +189,38 @@ def render():
     for c in full + extra:
         l = lines.get(c)
         r = result(l)
-        if l is None or not l.get("ran"):
+        if r == "not run":
             w(f"| {cell_name(c)} | {r} | | | | | | | {day(l) if l else ''} | {commit(l) if l else ''} |")
             continue
+        l = runs_of(l)[-1]
         w(f"| {cell_name(c)} | {r} | {l.get('delete_requests')} / {l.get('pods')} | {l.get('deletes_404')} "
           f"| {l.get('leaked')} | {l.get('wrongful_deletes')} | {fmt_failover(l)} "
           f"| {l.get('ha_kind')} {l.get('ha_version')} | {day(l)} | {commit(l)} |")
     w("")
+    failed = [(c, l) for c in full + extra if lines.get(c) is not None
+              for l in runs_of(lines.get(c)) if not l.get("pass")]
+    if failed:
+        w("## Failed")
+        w("")
+        w("Every failed run of a cell, also when a later run of it passed:")
+        w("")
+        for c, l in failed:
+            bad = ", ".join(k for k, v in sorted((l.get("checks") or {}).items()) if not v)
+            w(f"- {cell_name(c)}: {bad or 'a check'} failed ({l.get('delete_requests')} DELETEs for {l.get('pods')} pods: "
+              f"{l.get('deletes_accepted')} accepted, {l.get('deletes_404')} answered 404, of which "
+              f"{l.get('successor_late_404s')} from a successor after the failover; leaked {l.get('leaked')}, "
+              f"wrongful {l.get('wrongful_deletes')}; {day(l)}, commit {commit(l)}, {l.get('_file')})")
+        w("")
     not_run = [(c, lines.get(c)) for c in full + extra if result(lines.get(c)) == "not run"]
+    # A cell whose newest line did not run but an earlier one did is shown by its runs, not here.
     w("## Not run")
     w("")
     if not not_run:
         w("Every cell of the matrix ran.")
     for c, l in not_run:
         why = l.get("why") if l else "no line is committed for this cell (it was not run before the commit)"
+        if why.startswith("Kubernetes ") and " is not built" in why:
+            why += "; each version is a cold Go build of three programs (the tools table below)"
         w(f"- {cell_name(c)}: {why}")
     w("")
     w("## How each cell was run")
@@ -202,6 +241,25 @@ def render():
     w("  `zookeeper` package; 3.9 is `org.apache.zookeeper:zookeeper` from the Maven registry; etcd 3.4 is")
     w("  Debian's `etcd-server`; etcd 3.6 is built from `go.etcd.io/etcd/server/v3`. Each runs alone on a")
     w("  loopback port, started and stopped by `scripts/matrix` (scripts/lib/matrix-ha.bash).")
+    w("")
+    w("## What one version needs that another does not")
+    w("")
+    notes = [f"- {t}: {tools[t]['note']}" for t in sorted(tools) if tools[t].get("note")]
+    for n in notes:
+        w(n)
+    w("- Kubernetes: every version is built the same way by `scripts/kube build --cluster` (a scratch")
+    w("  module requiring `k8s.io/kubernetes`, each staging module replaced by its published twin); a twin")
+    w("  the module proxy does not serve is replaced by the newest one of the same minor below it (the")
+    w("  tool notes above say which). The API server's own storage is Debian's etcd 3.4 for every version.")
+    w("- Kyuubi: the patch is java/kyuubi's diff for 1.12.0; for 1.11.1 and 1.10.3 it is the same diff ported")
+    w("  by `KYUUBI_VERSION=<v> scripts/kyuubi port`. The drop-in is compiled against each release's own")
+    w("  jars. The daemon loads no Kyuubi class: it reads Kyuubi's cleanup keys, whose names and defaults")
+    w("  are the same in the three releases, so its cells differ only in the Kyuubi servers beside it.")
+    w("  A line whose `with` field names another branch ran with that branch merged into the tree.")
+    w("- HA servers: the same `kyuubi.ha.*` keys for every ZooKeeper version (session 6 s asked) and for")
+    w("  every etcd version (lease 2 s). ZooKeeper 3.4 has no container or TTL nodes: podsweep's election")
+    w("  creates persistent parents and its lock's ephemeral sequential nodes only (src/election/zookeeper),")
+    w("  and Kyuubi's own client is ZooKeeper 3.4.14's (kyuubi-relocated-zookeeper-34).")
     w("")
     w("## Tools: build times and sizes (this 2-core machine)")
     w("")
