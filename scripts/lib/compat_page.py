@@ -129,7 +129,7 @@ def status_of(cells, pred):
     dates = sorted({day(l) for l in ran})
     commits = sorted({commit(l) for l in ran})
     def cells_n(n):
-        return f"{n} cell" if n == 1 else f"{n} cells"
+        return f"{n} run" if n == 1 else f"{n} runs"
     word = f"FAILED ({len(failed)} of {cells_n(len(ran))})" if failed else f"passed ({cells_n(len(ran))})"
     return f"{word}, {', '.join(dates)}, commit {', '.join(commits)}"
 
@@ -139,6 +139,9 @@ def fmt_failover(l):
     if not f:
         return "none"
     lead = f.get("successor_leading_ms")
+    if not f.get("successor"):
+        return (f"{f.get('stopped_server')} stopped ({f.get('how')}), but no server was leading the first scope "
+                "at that moment: no failover")
     return f"{f.get('stopped_server')} stopped ({f.get('how')}); {f.get('successor')} led after {lead} ms"
 
 
@@ -167,7 +170,7 @@ def render():
     w("")
     w("## Supported versions")
     w("")
-    w("| component | version | status (cells, dates, commits) |")
+    w("| component | version | status (runs of its cells, dates, commits) |")
     w("|---|---|---|")
     # Each axis is judged on its own cells: the other three components as in BASE.
     for k in KUBE:
@@ -231,6 +234,13 @@ def render():
         w(f"Newest cell: {l.get('servers')} servers, {l.get('scopes')} scopes (namespaces), {l.get('pods')} "
           f"terminated driver pods in two waves plus {l.get('decoys')} decoys, retain period {l.get('retain_ms')} ms; "
           f"API server: {l.get('stamp', {}).get('api_server', '?')}.")
+        builds = sorted({f"{(x.get('components') or {}).get('podsweep_build', '?')} build of "
+                         f"{str((x.get('components') or {}).get('podsweep', '?'))[:12]}" for x in ran})
+        w(f"podsweep under test (libpodsweep.so, the daemon): {'; '.join(builds)}.")
+        withs = sorted({x["with"] for x in ran if x.get("with")})
+        for wi in withs:
+            n = sum(1 for x in ran if x.get("with") == wi)
+            w(f"{n} cell runs had {wi}.")
         w("")
     w("- patch: Kyuubi's own `KubernetesApplicationOperation` with java/kyuubi's patch, one JVM per server;")
     w("  drop-in: stock Kyuubi (its cleaner off) with podsweep's drop-in provider; daemon: the podsweep")
