@@ -505,6 +505,10 @@ object Phases {
           val share = w1.drivers.count(_.namespace == scope)
           val waitBy = System.currentTimeMillis() + DeadlineMs
           while (deletesIn(kube, Seq(scope)).size < (share + 1) / 2 && System.currentTimeMillis() < waitBy) Thread.sleep(20)
+          // The scope's leader, once one leads it: a leader whose lease confirmation is late pauses
+          // for a moment (etcd, a loaded machine), and stopping another server then is no failover.
+          val leaderBy = System.currentTimeMillis() + 10000
+          while (!servers.exists(_.isLeader(scope)) && System.currentTimeMillis() < leaderBy) Thread.sleep(5)
           val led = servers.filter(l => nss.exists(l.isLeader))
           val victim = servers.find(_.isLeader(scope)).getOrElse(servers.head)
           val itsScopes = nss.filter(victim.isLeader)
