@@ -208,8 +208,20 @@ object Phases {
     // Kubernetes reports whole seconds.
     val at = Instant.now().truncatedTo(ChronoUnit.SECONDS)
     val sidecar = Option(pod.getSpec).exists(_.getContainers.asScala.exists(_.getName == KyuubiPods.SidecarContainer))
-    val ended = if (sidecar) KyuubiPods.driverEnded(pod, succeeded, at) else KyuubiPods.terminated(pod, succeeded, at)
-    admin.pods().inNamespace(ref.namespace).resource(ended).updateStatus()
+    def ended(p: Pod): Pod = if (sidecar) KyuubiPods.driverEnded(p, succeeded, at) else KyuubiPods.terminated(p, succeeded, at)
+    // On the full control plane the scheduler and kwok write the pod too: a stale copy is refused
+    // (409), so the status is written again onto the newest one.
+    var attempt = 0
+    var done = false
+    var current = pod
+    while (!done) {
+      try { admin.pods().inNamespace(ref.namespace).resource(ended(current)).updateStatus(); done = true }
+      catch {
+        case e: io.fabric8.kubernetes.client.KubernetesClientException if e.getCode == 409 && attempt < 20 =>
+          attempt += 1
+          current = admin.pods().inNamespace(ref.namespace).withName(ref.name).get()
+      }
+    }
     at.toEpochMilli
   }
 
@@ -493,6 +505,10 @@ object Phases {
           val share = w1.drivers.count(_.namespace == scope)
           val waitBy = System.currentTimeMillis() + DeadlineMs
           while (deletesIn(kube, Seq(scope)).size < (share + 1) / 2 && System.currentTimeMillis() < waitBy) Thread.sleep(20)
+          // The scope's leader, once one leads it: a leader whose lease confirmation is late pauses
+          // for a moment (etcd, a loaded machine), and stopping another server then is no failover.
+          val leaderBy = System.currentTimeMillis() + 10000
+          while (!servers.exists(_.isLeader(scope)) && System.currentTimeMillis() < leaderBy) Thread.sleep(5)
           val led = servers.filter(l => nss.exists(l.isLeader))
           val victim = servers.find(_.isLeader(scope)).getOrElse(servers.head)
           val itsScopes = nss.filter(victim.isLeader)

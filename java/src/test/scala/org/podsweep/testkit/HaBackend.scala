@@ -38,3 +38,30 @@ final class EtcdBackend(val server: EtcdServer, leaseTimeout: String = "PT2S") e
   override def close(): Unit = server.close()
   override def toString: String = server.toString
 }
+
+/**
+ * A ZooKeeper or etcd that someone else started and stops (scripts/matrix: ZooKeeper 3.4, 3.8 or
+ * 3.9, etcd 3.4 or 3.6, each a process of its own), reached at `address` (`host:port`). The same
+ * `kyuubi.ha.*` keys and timeouts as [[ZooKeeperBackend]] (session 6 s, as the demo) and
+ * [[EtcdBackend]] (lease 2 s); `close()` leaves the server running.
+ *
+ * @param version what the server says it is (ZooKeeper's `srvr`, etcd's `/version`), for the name
+ */
+final class ExternalHaBackend(val name: String, address: String, version: String, sessionTimeoutMs: Int = 6000,
+    leaseTimeout: String = "PT2S") extends HaBackend {
+  require(HaBackend.Names.contains(name), s"unknown HA backend $name (zookeeper or etcd)")
+  require(address.matches("[^,:\\s]+:[0-9]+"), s"the HA address must be host:port, got '$address'")
+  override def kyuubiConf: Map[String, String] = name match {
+    case "etcd" => Map(
+      "kyuubi.ha.client.class" -> EtcdServer.ClientClass,
+      "kyuubi.ha.addresses" -> address,
+      "kyuubi.ha.etcd.lease.timeout" -> leaseTimeout,
+      EtcdServer.ElectionLeaseKey -> leaseTimeout)
+    case _ => Map(
+      "kyuubi.ha.addresses" -> address,
+      "kyuubi.ha.zookeeper.session.timeout" -> sessionTimeoutMs.toString,
+      "kyuubi.ha.zookeeper.connection.timeout" -> "4000")
+  }
+  override def close(): Unit = ()
+  override def toString: String = s"$name $version ($address)"
+}

@@ -62,6 +62,9 @@ final case class AuditEvent(
  * ([[nodeNames]]), which runs every pod bound to them (scripts/lib/kwok-stages.yaml: annotate a
  * pod `podsweep.test/succeed-after: 3s` to have it Succeeded 3 s after it runs). Create such pods
  * without a status: KWOK writes it.
+ *
+ * @param upFlags more options of `scripts/kube up` (e.g. `--cluster --pod-gc-threshold N`, which
+ *                the `cluster` options above say more plainly)
  */
 final class RealKube(
     val dir: Path,
@@ -153,7 +156,7 @@ final class RealKube(
 
   /** Creates `ns` (and its `default` ServiceAccount, which a controller manager would) once. */
   def ensureNamespace(ns: String): Unit = if (!namespaces.contains(ns)) synchronized {
-    if (!namespaces.contains(ns) && cluster) {
+    if (!namespaces.contains(ns) && fullControlPlane) {
       // The controllers' work: the ServiceAccount controller's `default`, the publisher's CA.
       ignoreConflict(admin.namespaces().resource(new NamespaceBuilder().withNewMetadata().withName(ns).endMetadata().build()).create())
       val until = System.nanoTime() + TimeUnit.SECONDS.toNanos(30)
@@ -266,12 +269,29 @@ final class RealKube(
 
   // ---- pods -------------------------------------------------------------------------------------
 
+  /** The full control plane (`--cluster`): the scheduler binds pods to kwok's nodes and kwok runs them. */
+  def fullControlPlane: Boolean = cluster || upFlags.contains("--cluster")
+
   override def createPod(client: KubernetesClient, ns: String, pod: Pod): Pod = {
     ensureNamespace(ns)
     val wanted = Option(pod.getStatus).map(_.getPhase).orNull
     val created = client.pods().inNamespace(ns).resource(pod).create()
     if (wanted == null || wanted == "Pending") created
+    else if (fullControlPlane) awaitRunning(client, ns, created.getMetadata.getName)
     else client.pods().inNamespace(ns).resource(kubeletStatus(created, wanted)).updateStatus()
+  }
+
+  /** On the full control plane: the pod once kwok (the kubelet's part) reports it Running (30 s at most). */
+  private def awaitRunning(client: KubernetesClient, ns: String, name: String): Pod = {
+    val deadline = System.currentTimeMillis() + 30000
+    var p = client.pods().inNamespace(ns).withName(name).get()
+    while ((p == null || p.getStatus == null || p.getStatus.getPhase != "Running") && System.currentTimeMillis() < deadline) {
+      Thread.sleep(50)
+      p = client.pods().inNamespace(ns).withName(name).get()
+    }
+    if (p == null || p.getStatus == null || p.getStatus.getPhase != "Running")
+      throw new IllegalStateException(s"pod $ns/$name not Running within 30 s on the cluster (scheduler, kwok)")
+    p
   }
 
   /** The status a kubelet writes for a started pod: the phase, its IPs, every container running. */
