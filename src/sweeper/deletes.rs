@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, error, info};
 
-use super::{Sweeper, Uid};
+use super::{Sweeper, Uid, UNANSWERED_HOLD};
 use crate::deleter::{Outcome, OutcomeClass};
 use crate::election::Leadership;
 use crate::metrics::{ScopeMetrics, UNHEALTHY_CANNOT_DELETE};
@@ -174,7 +174,7 @@ impl Sweeper {
                 // The last checks before the request leaves: a lease that ran out since dispatch
                 // (a frozen process, a lost session), or a scope paused by a 429 meanwhile.
                 if !authority.may_act() || gate.closed_until(Instant::now()).is_some() {
-                    return (task_uid, None);
+                    return (task_uid, super::Answer::NotSent);
                 }
                 ScopeMetrics::inc(&metrics.deletes_sent);
                 // Checked at send time: if the lease lapses while the request is still being
@@ -184,7 +184,11 @@ impl Sweeper {
                 let out = authority
                     .within_lease(deleter.delete(&name, &uid, dry_run))
                     .await;
-                (task_uid, out.map(|o| (o, sent.elapsed())))
+                let answer = match out {
+                    Some(o) => super::Answer::Answered(o, sent.elapsed()),
+                    None => super::Answer::Unanswered,
+                };
+                (task_uid, answer)
             });
             self.inflight_uid.insert(abort.id(), uid.clone());
             self.inflight_abort.insert(uid, abort);
@@ -207,29 +211,44 @@ impl Sweeper {
                 if e.is_panic() {
                     error!(scope = %self.scope, uid = %uid, "DELETE task panicked; the pod will be retried");
                 }
-                (uid, None)
+                (uid, super::Answer::NotSent)
             }
         };
         let in_flight = self.inflight.len() + 1;
         self.inflight_abort.remove(&uid);
         self.requeue_rearmed(&uid);
-        let outcome = outcome.map(|(o, latency)| {
-            self.pace.answered(&o, latency, in_flight);
-            o
-        });
         let deleting = self
             .tracker
             .get(&uid)
             .is_some_and(|r| r.stage() == Stage::Deleting);
-        let Some(outcome) = outcome else {
-            self.finishing.remove(&uid);
-            // Not sent (lease ran out, scope paused) or aborted (leadership lost): the pod waits.
-            if deleting {
-                self.tracker.set_stage(&uid, Stage::Due);
-                self.due.push_front(uid);
+        let outcome = match outcome {
+            super::Answer::Answered(o, latency) => {
+                self.pace.answered(&o, latency, in_flight);
+                o
             }
-            self.dispatch();
-            return;
+            // Not sent (lease ran out, scope paused) or aborted (leadership lost): the pod waits.
+            super::Answer::NotSent => {
+                self.finishing.remove(&uid);
+                if deleting {
+                    self.tracker.set_stage(&uid, Stage::Due);
+                    self.due.push_front(uid);
+                }
+                self.dispatch();
+                return;
+            }
+            // Maybe carried out: the watch gets a while to say so before the pod may go again
+            // (a leader paused and resumed would otherwise send a second DELETE, answered 404).
+            super::Answer::Unanswered => {
+                self.finishing.remove(&uid);
+                if deleting {
+                    debug!(scope = %self.scope, uid = %uid,
+                        "DELETE dropped unanswered when the lease lapsed; the pod waits {UNANSWERED_HOLD:?} for its deletion to be seen");
+                    self.tracker.set_stage(&uid, Stage::Backoff);
+                    self.tracker.arm(&uid, Instant::now() + UNANSWERED_HOLD);
+                }
+                self.dispatch();
+                return;
+            }
         };
         self.metrics.outcome(outcome.class);
         self.note_outcome(&outcome);

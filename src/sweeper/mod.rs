@@ -8,6 +8,9 @@
 //! * Losing leadership (Following, NoQuorum) aborts every DELETE in flight at once and puts the
 //!   records back to `Due`; nothing is dropped. `Paused` stops new DELETEs and lets those already
 //!   sent finish within the lease.
+//! * A DELETE dropped unanswered because the lease lapsed (the API server may have carried it out)
+//!   is not sent again by this server for [`UNANSWERED_HOLD`], so that a leader that pauses and
+//!   resumes sees the pod's deletion before it would send a second DELETE.
 //! * On gaining leadership, and on every status change that ends `Leading`, every record already
 //!   due is dispatched: the reconcile works from memory and makes no LIST call.
 //! * Failed DELETEs (403, 429, 5xx, transport, other) are retried with capped exponential backoff,
@@ -69,9 +72,25 @@ pub use self::supervise::{spawn, Release, ScopeHandle};
 pub type DeleterSource =
     Arc<dyn Fn(Scope) -> BoxFuture<'static, Result<Arc<dyn PodDeleter>, String>> + Send + Sync>;
 
-/// What a DELETE task gives back: its pod, and the answer with its latency (`None`: not sent,
-/// or aborted).
-type Sent = (Uid, Option<(Outcome, Duration)>);
+/// What a DELETE task gives back: its pod, and what became of its request.
+type Sent = (Uid, Answer);
+
+/// What became of a DELETE task's request.
+#[derive(Debug)]
+enum Answer {
+    /// Held back before it left (the lease ran out, or a 429 paused the scope meanwhile).
+    NotSent,
+    /// Sent, then dropped unanswered when the lease lapsed: the API server may have carried it
+    /// out, and its watch event may still be on the way.
+    Unanswered,
+    /// The API server's answer, and how long it took.
+    Answered(Outcome, Duration),
+}
+
+/// How long a pod whose DELETE went unanswered (the lease lapsed meanwhile) waits before it may
+/// be sent again: long enough for the watch to tell its deletion, if the API server carried the
+/// DELETE out, so that the same leader does not send a second one.
+const UNANSWERED_HOLD: Duration = Duration::from_secs(5);
 
 /// How a sweeper behaves.
 #[derive(Clone, Debug)]

@@ -390,3 +390,175 @@ async fn after_a_restart_a_pod_back_under_the_cap_is_not_capped() {
     assert!(!rec.capped(), "and is no longer marked as taken by the cap");
     assert!(sw.why(rec).contains("retain period"), "{}", sw.why(rec));
 }
+
+/// Takes every request at once (the API server carries it out), then answers after `answer_after`.
+struct SlowAnswer {
+    answer_after: Duration,
+    calls: Arc<Mutex<Vec<String>>>,
+}
+
+impl PodDeleter for SlowAnswer {
+    fn delete(&self, name: &str, _uid: &str, _dry_run: bool) -> BoxFuture<'static, Outcome> {
+        self.calls.lock().unwrap().push(name.to_owned());
+        let wait = self.answer_after;
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            Outcome {
+                class: OutcomeClass::Accepted,
+                code: Some(200),
+                reason: String::new(),
+                message: String::new(),
+                retry_after: None,
+            }
+        })
+    }
+}
+
+/// Issue 34's matrix (etcd 3.4 cell): a leader's DELETE reached the API server, its lease lapsed
+/// before the answer came (LEADING -> PAUSED: lease deadline near), and the leader resumed. The
+/// dropped request went back to `Due` and was sent again at once: a second DELETE of the same
+/// pod, answered 404 (2 of 60 pods in that run). Now the pod waits for its deletion to be seen;
+/// the watch's DELETE event ends it and nothing is sent twice.
+#[tokio::test(start_paused = true)]
+async fn a_delete_dropped_unanswered_at_a_lease_lapse_is_not_sent_again_on_resume() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
+    let scope = Scope::new(None, Some("lapse"));
+    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
+    tokio::task::yield_now().await;
+    let signal = signals.lock().unwrap()[0].clone();
+    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(60));
+    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
+    let mut sw = new_sweeper(
+        scope,
+        cfg,
+        Clock::System,
+        election,
+        source,
+        Box::new(|_| true),
+        Arc::default(),
+    );
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    sw.deleter = Some(Arc::new(SlowAnswer {
+        answer_after: Duration::from_secs(3),
+        calls: calls.clone(),
+    }));
+    // A lease of 1 s: the answer (3 s) comes after it.
+    signal.lead_until(Instant::now() + Duration::from_secs(1), "won");
+    let st = sw.election.status();
+    sw.on_status(&st);
+    let mut obs = Observation {
+        kind: EventKind::Update,
+        tag: "t".into(),
+        pod_name: "driver-lapse".into(),
+        pod_uid: "u-lapse".into(),
+        state: AppState::Finished,
+        has_app_selector: true,
+        terminated_at: Some(SystemTime::now()),
+        deletion_requested: false,
+        annotations: None,
+    };
+    sw.on_observe(&obs, false);
+    let uid = Uid::new("u-lapse");
+    assert!(sw.make_due(uid.clone(), SystemTime::now()));
+    sw.dispatch();
+    assert_eq!(sw.inflight.len(), 1);
+    // The request leaves (the API server carries it out, then takes 3 s to answer).
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(calls.lock().unwrap().len(), 1, "the DELETE left");
+    // The lease lapses with the request unanswered: the task drops it.
+    signal.pause("lease deadline near");
+    let done = sw.inflight.join_next_with_id().await.expect("a task");
+    sw.on_done(done);
+    assert_eq!(calls.lock().unwrap().len(), 1, "the DELETE left once");
+    // Resumed: nothing is sent again while the watch may still tell the deletion.
+    signal.lead_until(
+        Instant::now() + Duration::from_secs(3600),
+        "confirmed again",
+    );
+    let st = sw.election.status();
+    sw.on_status(&st);
+    assert!(sw.inflight.is_empty(), "no second DELETE on resume");
+    // The watch tells the deletion: the record ends, and its hold never sends anything.
+    obs.kind = EventKind::Delete;
+    sw.on_observe(&obs, false);
+    tokio::time::sleep(UNANSWERED_HOLD + Duration::from_secs(1)).await;
+    sw.on_timers();
+    assert!(sw.inflight.is_empty());
+    assert_eq!(
+        calls.lock().unwrap().len(),
+        1,
+        "one DELETE of the pod in all"
+    );
+    assert!(
+        sw.tracker.get(&uid).is_none(),
+        "the record ended with its deletion"
+    );
+}
+
+/// The other side of the hold: the DELETE dropped unanswered had not been carried out (no
+/// deletion is seen), so once the hold has passed the pod is sent again and deleted.
+#[tokio::test(start_paused = true)]
+async fn a_delete_dropped_unanswered_whose_pod_stays_is_sent_again_after_the_hold() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
+    let scope = Scope::new(None, Some("lapse2"));
+    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
+    tokio::task::yield_now().await;
+    let signal = signals.lock().unwrap()[0].clone();
+    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(60));
+    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
+    let mut sw = new_sweeper(
+        scope,
+        cfg,
+        Clock::System,
+        election,
+        source,
+        Box::new(|_| true),
+        Arc::default(),
+    );
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    sw.deleter = Some(Arc::new(SlowAnswer {
+        answer_after: Duration::from_secs(3),
+        calls: calls.clone(),
+    }));
+    signal.lead_until(Instant::now() + Duration::from_secs(1), "won");
+    let st = sw.election.status();
+    sw.on_status(&st);
+    let obs = Observation {
+        kind: EventKind::Update,
+        tag: "t".into(),
+        pod_name: "driver-stays".into(),
+        pod_uid: "u-stays".into(),
+        state: AppState::Finished,
+        has_app_selector: true,
+        terminated_at: Some(SystemTime::now()),
+        deletion_requested: false,
+        annotations: None,
+    };
+    sw.on_observe(&obs, false);
+    let uid = Uid::new("u-stays");
+    assert!(sw.make_due(uid.clone(), SystemTime::now()));
+    sw.dispatch();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    signal.pause("lease deadline near");
+    let done = sw.inflight.join_next_with_id().await.expect("a task");
+    sw.on_done(done);
+    signal.lead_until(
+        Instant::now() + Duration::from_secs(3600),
+        "confirmed again",
+    );
+    let st = sw.election.status();
+    sw.on_status(&st);
+    assert!(
+        sw.inflight.is_empty(),
+        "held while its deletion may still be seen"
+    );
+    tokio::time::sleep(UNANSWERED_HOLD + Duration::from_secs(1)).await;
+    sw.on_timers();
+    assert_eq!(sw.inflight.len(), 1, "sent again once the hold has passed");
+    let done = sw.inflight.join_next_with_id().await.expect("a task");
+    sw.on_done(done);
+    assert_eq!(calls.lock().unwrap().len(), 2);
+    assert!(sw.tracker.get(&uid).is_none(), "deleted the second time");
+}
