@@ -322,11 +322,12 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
     let t0 = std::time::Instant::now();
     let mut slow = Vec::new();
     for _ in 0..200 {
+        let connecting = tokio::time::Instant::now();
         let mut s = tokio::net::TcpStream::connect(&host).await.unwrap();
         s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
             .await
             .unwrap();
-        slow.push(s);
+        slow.push((connecting, s));
     }
     // A probe answered after them: the daemon's one accept loop (a FIFO queue) has taken all
     // 200. Each one past the cap closed the oldest: those first clients read their end, before
@@ -336,11 +337,12 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
         .expect("a probe is answered beside 200 slow clients");
     assert_eq!(code, 200);
     let evicted = 200 - podsweep::daemon::http::MAX_CONNECTIONS;
-    // A second short of the header read timeout, counted from before the first connection: a
-    // close by that timeout comes later.
-    let by = tokio::time::Instant::from_std(t0) + podsweep::daemon::http::HEADER_READ_TIMEOUT
-        - Duration::from_secs(1);
-    for (i, s) in slow.iter_mut().take(evicted).enumerate() {
+    for (i, (connecting, s)) in slow.iter_mut().take(evicted).enumerate() {
+        // Before the header read timeout, counted from before this client connected: a close by
+        // that timeout comes later, so an earlier one was made to make room (on a loaded machine
+        // the 200 connections take seconds, so one bound for all would blur the two).
+        let by =
+            *connecting + podsweep::daemon::http::HEADER_READ_TIMEOUT - Duration::from_millis(50);
         let mut rest = Vec::new();
         // An end or a reset: either way the daemon has closed it.
         let cut = tokio::time::timeout_at(by, s.read_to_end(&mut rest)).await;
