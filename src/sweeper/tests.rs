@@ -35,6 +35,29 @@ impl Backend for Manual {
     }
 }
 
+/// A sweeper of scope `ns` (kind ALL, retain 60 s) whose election the test drives by hand through
+/// the returned signal; its deleter is the test's to set.
+async fn manual_sweeper(ns: &str) -> (Sweeper, LeaderSignal) {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
+    let scope = Scope::new(None, Some(ns));
+    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
+    tokio::task::yield_now().await;
+    let signal = signals.lock().unwrap()[0].clone();
+    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(60));
+    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
+    let sw = new_sweeper(
+        scope,
+        cfg,
+        Clock::System,
+        election,
+        source,
+        Box::new(|_| true),
+        Arc::default(),
+    );
+    (sw, signal)
+}
+
 /// Never answers: a DELETE stays in flight.
 struct Silent;
 
@@ -59,23 +82,7 @@ impl PodDeleter for Silent {
 /// still dispatch the held-back pod.
 #[tokio::test(start_paused = true)]
 async fn a_paused_leading_flip_seen_as_one_change_still_dispatches() {
-    let signals = Arc::new(Mutex::new(Vec::new()));
-    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
-    let scope = Scope::new(None, Some("flip"));
-    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
-    tokio::task::yield_now().await;
-    let signal = signals.lock().unwrap()[0].clone();
-    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(60));
-    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
-    let mut sw = new_sweeper(
-        scope,
-        cfg,
-        Clock::System,
-        election,
-        source,
-        Box::new(|_| true),
-        Arc::default(),
-    );
+    let (mut sw, signal) = manual_sweeper("flip").await;
     sw.deleter = Some(Arc::new(Silent));
     signal.lead_until(Instant::now() + Duration::from_secs(3600), "won");
     let st = sw.election.status();
@@ -421,23 +428,7 @@ impl PodDeleter for SlowAnswer {
 /// the watch's DELETE event ends it and nothing is sent twice.
 #[tokio::test(start_paused = true)]
 async fn a_delete_dropped_unanswered_at_a_lease_lapse_is_not_sent_again_on_resume() {
-    let signals = Arc::new(Mutex::new(Vec::new()));
-    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
-    let scope = Scope::new(None, Some("lapse"));
-    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
-    tokio::task::yield_now().await;
-    let signal = signals.lock().unwrap()[0].clone();
-    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(60));
-    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
-    let mut sw = new_sweeper(
-        scope,
-        cfg,
-        Clock::System,
-        election,
-        source,
-        Box::new(|_| true),
-        Arc::default(),
-    );
+    let (mut sw, signal) = manual_sweeper("lapse").await;
     let calls = Arc::new(Mutex::new(Vec::new()));
     sw.deleter = Some(Arc::new(SlowAnswer {
         answer_after: Duration::from_secs(3),
@@ -500,23 +491,7 @@ async fn a_delete_dropped_unanswered_at_a_lease_lapse_is_not_sent_again_on_resum
 /// deletion is seen), so once the hold has passed the pod is sent again and deleted.
 #[tokio::test(start_paused = true)]
 async fn a_delete_dropped_unanswered_whose_pod_stays_is_sent_again_after_the_hold() {
-    let signals = Arc::new(Mutex::new(Vec::new()));
-    let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
-    let scope = Scope::new(None, Some("lapse2"));
-    let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
-    tokio::task::yield_now().await;
-    let signal = signals.lock().unwrap()[0].clone();
-    let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(60));
-    let source: DeleterSource = Arc::new(|_| Box::pin(async { Err("unused".to_owned()) }));
-    let mut sw = new_sweeper(
-        scope,
-        cfg,
-        Clock::System,
-        election,
-        source,
-        Box::new(|_| true),
-        Arc::default(),
-    );
+    let (mut sw, signal) = manual_sweeper("lapse2").await;
     let calls = Arc::new(Mutex::new(Vec::new()));
     sw.deleter = Some(Arc::new(SlowAnswer {
         answer_after: Duration::from_secs(3),
