@@ -1,9 +1,11 @@
 pub mod bench;
 pub mod cluster;
+pub mod driver_pods;
 pub mod election;
 pub mod etcd;
 pub mod fixture;
 pub mod fleet;
+pub mod kube_ops;
 pub mod manual;
 pub mod owned;
 pub mod pods_api;

@@ -6,6 +6,9 @@
 //! partition (no reset, no FIN). When the partition heals, connections that were open during it
 //! are closed (their queued bytes are dropped, as TCP gives up on them), and new connections are
 //! forwarded again.
+//!
+//! It counts the bytes it forwards each way ([`Proxy::bytes_down`], [`Proxy::bytes_up`]): what a
+//! client received and sent on the wire (TLS records included), for the benches.
 
 #![allow(dead_code)]
 
@@ -24,7 +27,15 @@ pub struct Proxy {
     pub addr: String,
     state: watch::Sender<State>,
     connections: Arc<AtomicU64>,
+    bytes: Arc<Bytes>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Bytes forwarded so far: server to client (`down`), client to server (`up`).
+#[derive(Default)]
+struct Bytes {
+    down: AtomicU64,
+    up: AtomicU64,
 }
 
 impl Drop for Proxy {
@@ -43,18 +54,25 @@ impl Proxy {
         let addr = listener.local_addr().expect("proxy addr").to_string();
         let (state, rx) = watch::channel((false, 0));
         let connections = Arc::new(AtomicU64::new(0));
-        let (count, upstream) = (connections.clone(), upstream.to_owned());
+        let bytes = Arc::new(Bytes::default());
+        let (count, upstream, counted) = (connections.clone(), upstream.to_owned(), bytes.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::Relaxed);
                 let _ = client.set_nodelay(true);
-                tokio::spawn(forward(client, upstream.clone(), rx.clone()));
+                tokio::spawn(forward(
+                    client,
+                    upstream.clone(),
+                    rx.clone(),
+                    counted.clone(),
+                ));
             }
         });
         Proxy {
             addr,
             state,
             connections,
+            bytes,
             task,
         }
     }
@@ -77,9 +95,24 @@ impl Proxy {
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
     }
+
+    /// Bytes forwarded from the server to the client so far.
+    pub fn bytes_down(&self) -> u64 {
+        self.bytes.down.load(Ordering::Relaxed)
+    }
+
+    /// Bytes forwarded from the client to the server so far.
+    pub fn bytes_up(&self) -> u64 {
+        self.bytes.up.load(Ordering::Relaxed)
+    }
 }
 
-async fn forward(mut client: TcpStream, upstream: String, mut state: watch::Receiver<State>) {
+async fn forward(
+    mut client: TcpStream,
+    upstream: String,
+    mut state: watch::Receiver<State>,
+    bytes: Arc<Bytes>,
+) {
     // A connection made during a partition waits for it to heal, then is forwarded.
     let epoch = loop {
         let (holed, epoch) = *state.borrow_and_update();
@@ -115,6 +148,7 @@ async fn forward(mut client: TcpStream, upstream: String, mut state: watch::Rece
                     if state.borrow().0 || sw.write_all(&up[..n]).await.is_err() {
                         continue;
                     }
+                    bytes.up.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 _ => return,
             },
@@ -123,6 +157,7 @@ async fn forward(mut client: TcpStream, upstream: String, mut state: watch::Rece
                     if state.borrow().0 || cw.write_all(&down[..n]).await.is_err() {
                         continue;
                     }
+                    bytes.down.fetch_add(n as u64, Ordering::Relaxed);
                 }
                 _ => return,
             },

@@ -75,7 +75,7 @@ impl RealKube {
         })
     }
 
-    fn up(prefix: &str, extra: &[&str]) -> RealKube {
+    pub(super) fn up(prefix: &str, extra: &[&str]) -> RealKube {
         // The directories of earlier test processes that have ended (their servers stopped with
         // them): each holds an etcd data directory and an audit log.
         if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {

@@ -1,0 +1,558 @@
+//! `scripts/bench watch_cost`: what the self-watch leader's pod watch costs the leader and the API
+//! server, on a real kube-apiserver (scripts/kube; etcd from Debian unless `PODSWEEP_ETCD` names
+//! another).
+//!
+//! `cargo bench --bench watch_cost -- watch_cost [--smoke]` prints one JSON line per variant on
+//! stdout (`{"bench": "watch_cost", "variant": ..., ...}`), progress on stderr. Sizes: 50,000
+//! running and 5,000 terminated Kyuubi driver pods in one namespace, 1,000 pods through their
+//! life for the per-pod figures; `--smoke`: 200, 20 and 20.
+//!
+//! 1. A fresh API server (`scripts/kube up`; `PODSWEEP_WATCH_COST_KUBE_FLAGS` adds flags, e.g.
+//!    `--feature-gates WatchList=false`). The pods are created as spark-submit creates a driver
+//!    (`common::driver_pods`: Spark 3.5's driver pod with Kyuubi's tag), 48 at a time, and their
+//!    status is written through the status subresource as a kubelet writes it: running, or Failed
+//!    two hours ago.
+//! 2. For each variant (`PODSWEEP_WATCH_COST_VARIANTS`, comma-separated; default: `default`): the
+//!    API server is restarted (a fresh process, its watch cache filled from etcd), its peak RSS is
+//!    reset (`/proc/PID/clear_refs`), and the daemon (`podsweep --single-server`, this build's
+//!    binary) starts as the scope's leader, reaching the API server through a counting TCP proxy.
+//!    Cleanup kind ALL, retain period PT5S, `failed.retainPeriod` P1D: the Failed pods wait, none is
+//!    deleted during the list.
+//!    * **list**: from the daemon's first list (its status `watch_streams` 1) to `watching`: the
+//!      time, the objects it received (`watch_events`), the bytes it received (the proxy, TLS
+//!      included), its RSS then and its peak; the API server's RSS before and its peak during the
+//!      list (`VmHWM` after the reset).
+//!    * **churn**: 1,000 new driver pods, 16 at a time, each created, then (status) creating,
+//!      running, Succeeded; the daemon deletes each after 5 s. Done when it has deleted them all
+//!      and has taken a last event sent after them (an annotation on a Failed pod, which every
+//!      variant's watch carries). Per terminated pod: the watch events the daemon took, the bytes
+//!      of watch events the API server sent it (`apiserver_watch_events_sizes`), the bytes it
+//!      received on the wire (watch and DELETE answers).
+//!
+//! The daemon's `/status` is read every 20 ms; the list time is good to that. The daemon is this
+//! build's `podsweep`, or the binary `PODSWEEP_WATCH_COST_BIN` names.
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime};
+
+use common::driver_pods;
+use common::kube_ops::{metric_sum, rss};
+use common::proxy::Proxy;
+use common::real_kube::RealKube;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// The daemon: this build's, or `PODSWEEP_WATCH_COST_BIN` (another build's, for a before/after).
+fn bin() -> String {
+    std::env::var("PODSWEEP_WATCH_COST_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_podsweep").to_owned())
+}
+const NS: &str = "spark";
+const LEADER: &str = "watch-cost-leader";
+const CREATORS: usize = 48;
+const CHURNERS: usize = 16;
+/// The tag's run field of each kind of pod (`driver_pods::names`).
+const RUNNING_RUN: u16 = 0;
+const FAILED_RUN: u16 = 1;
+const CHURN_RUN: u16 = 0x100;
+
+struct Size {
+    running: usize,
+    terminated: usize,
+    churn: usize,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let smoke = args.iter().any(|a| a == "--smoke");
+    if let Some(name) = args.iter().find(|a| !a.starts_with('-')) {
+        if name != "watch_cost" {
+            eprintln!("[watch_cost] nothing named {name:?} here (this bench is \"watch_cost\")");
+            return;
+        }
+    }
+    let env_n = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let size = Size {
+        running: env_n(
+            "PODSWEEP_WATCH_COST_RUNNING",
+            if smoke { 200 } else { 50_000 },
+        ),
+        terminated: env_n(
+            "PODSWEEP_WATCH_COST_TERMINATED",
+            if smoke { 20 } else { 5_000 },
+        ),
+        churn: env_n("PODSWEEP_WATCH_COST_CHURN", if smoke { 20 } else { 1_000 }),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    if let Err(e) = rt.block_on(run(size)) {
+        eprintln!("[watch_cost] failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The daemon's configuration overrides of each variant.
+fn variant_conf(name: &str) -> Option<Vec<(&'static str, &'static str)>> {
+    match name {
+        // This build's defaults.
+        "default" => Some(vec![]),
+        _ => None,
+    }
+}
+
+async fn run(size: Size) -> Result<(), String> {
+    let variants: Vec<String> = std::env::var("PODSWEEP_WATCH_COST_VARIANTS")
+        .unwrap_or_else(|_| "default".into())
+        .split(',')
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect();
+    for v in &variants {
+        variant_conf(v).ok_or_else(|| format!("unknown variant {v:?}"))?;
+    }
+    let flags: Vec<String> = std::env::var("PODSWEEP_WATCH_COST_KUBE_FLAGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let mut up: Vec<&str> = Vec::new();
+    if !flags.is_empty() {
+        up.push("--");
+        up.extend(flags.iter().map(String::as_str));
+    }
+    let kube = RealKube::start("podsweep-watch-cost-", &up);
+    let result = measure_all(&kube, &size, &variants, &flags).await;
+    kube.down();
+    let _ = std::fs::remove_dir_all(&kube.dir);
+    result
+}
+
+async fn measure_all(
+    kube: &RealKube,
+    size: &Size,
+    variants: &[String],
+    flags: &[String],
+) -> Result<(), String> {
+    kube.namespace(NS).await;
+    let token = kube.server_token(LEADER).await;
+    let started = Instant::now();
+    populate(kube, size).await?;
+    let populate_s = started.elapsed().as_secs_f64();
+    eprintln!(
+        "[watch_cost] {} running and {} terminated driver pods in {populate_s:.0} s",
+        size.running, size.terminated
+    );
+    for (round, v) in variants.iter().enumerate() {
+        let conf = variant_conf(v).unwrap_or_default();
+        let mut line = measure(kube, &token, size, &conf, round).await?;
+        line["variant"] = v.as_str().into();
+        line["variant_conf"] = conf
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .into();
+        line["api_server"] = format!("kube-apiserver {}", kube.version).into();
+        line["etcd"] = kube.etcd_version().into();
+        line["kube_flags"] = flags.to_vec().into();
+        line["running"] = size.running.into();
+        line["terminated"] = size.terminated.into();
+        line["churn_pods"] = size.churn.into();
+        line["populate_s"] = round2(populate_s).into();
+        line["loadavg_1m"] = loadavg().into();
+        common::bench::line("watch_cost", line);
+    }
+    Ok(())
+}
+
+/// Creates the running and the terminated (Failed two hours ago) driver pods.
+async fn populate(kube: &RealKube, size: &Size) -> Result<(), String> {
+    let api: Api<Pod> = Api::namespaced(kube.admin().await, NS);
+    let jobs = (0..size.running)
+        .map(|i| (i, false))
+        .chain((0..size.terminated).map(|i| (i, true)));
+    let total = size.running + size.terminated;
+    let mut done = 0usize;
+    let mut results = futures::stream::iter(jobs)
+        .map(|(i, term)| {
+            let api = api.clone();
+            async move {
+                let run = if term { FAILED_RUN } else { RUNNING_RUN };
+                let (name, tag) = driver_pods::names(i, run);
+                let status = if term {
+                    let f = SystemTime::now() - Duration::from_secs(7200);
+                    driver_pods::terminated("Failed", f - Duration::from_secs(600), f)
+                } else {
+                    driver_pods::running(SystemTime::now() - Duration::from_secs(60))
+                };
+                write_pod(&api, &name, &tag, &[status]).await
+            }
+        })
+        .buffer_unordered(CREATORS);
+    while let Some(r) = results.next().await {
+        r?;
+        done += 1;
+        if done % 5000 == 0 {
+            eprintln!("[watch_cost] {done}/{total} pods");
+        }
+    }
+    Ok(())
+}
+
+/// Creates a pod (an earlier attempt's pod counts) and writes its statuses in order; retried.
+async fn write_pod(
+    api: &Api<Pod>,
+    name: &str,
+    tag: &str,
+    statuses: &[Value],
+) -> Result<(), String> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let r = async {
+            match driver_pods::create(api, name, tag).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e),
+            }
+            for s in statuses {
+                driver_pods::set_status(api, name, s).await?;
+            }
+            Ok(())
+        }
+        .await;
+        match r {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 5 => {
+                eprintln!("[watch_cost] {name}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(200 * attempt)).await;
+            }
+            Err(e) => return Err(format!("{name}: {e}")),
+        }
+    }
+}
+
+/// The Pod watch events the API server has sent (all watchers): count and bytes.
+fn watch_sent(metrics: &str) -> (f64, f64) {
+    let pod = ["resource=\"pods\""];
+    (
+        metric_sum(metrics, "apiserver_watch_events_total", &pod),
+        metric_sum(metrics, "apiserver_watch_events_sizes_sum", &pod),
+    )
+}
+
+async fn measure(
+    kube: &RealKube,
+    token: &str,
+    size: &Size,
+    conf: &[(&str, &str)],
+    round: usize,
+) -> Result<Value, String> {
+    // A fresh API server for each variant: its memory starts from its watch cache alone.
+    kube.restart("kube-apiserver");
+    let admin: Api<Pod> = Api::namespaced(kube.admin().await, NS);
+    let ready_by = Instant::now() + Duration::from_secs(120);
+    while admin
+        .list(&ListParams::default().match_any().limit(1))
+        .await
+        .is_err()
+    {
+        if Instant::now() > ready_by {
+            return Err("the API server's pod cache did not answer within 2 minutes".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Settled: the cache's own list is over; then the base figures.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let api_pid = kube.pid("kube-apiserver").ok_or("no kube-apiserver PID")?;
+    let (api_base, _) = rss(api_pid).ok_or("no kube-apiserver RSS")?;
+    std::fs::write(format!("/proc/{api_pid}/clear_refs"), "5")
+        .map_err(|e| format!("cannot reset the API server's peak RSS: {e}"))?;
+    let upstream = kube.server.trim_start_matches("https://").to_owned();
+    let proxy = Proxy::start(&upstream).await;
+    let sent0 = watch_sent(&kube.metrics_text().await);
+
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut daemon = Daemon::start(&dir.path().to_path_buf(), kube, token, &proxy, conf).await?;
+    let started = Instant::now();
+    // The list: from the first list started to watching.
+    let mut list_started: Option<Instant> = None;
+    let listed = loop {
+        let st = daemon.status().await;
+        if list_started.is_none() && n(&st, "watch_streams") >= 1 {
+            list_started = Some(Instant::now());
+        }
+        if st["watching"] == true {
+            break st;
+        }
+        if started.elapsed() > Duration::from_secs(900) {
+            return Err(format!("the daemon did not list within 15 minutes: {st}"));
+        }
+        if let Some(code) = daemon.exited() {
+            return Err(format!(
+                "the daemon exited ({code}): {}",
+                daemon.stderr_tail()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let listed_at = Instant::now();
+    let list_bytes = proxy.bytes_down();
+    let (leader_rss, leader_peak) = rss(daemon.pid()).unwrap_or_default();
+    // The API server is done with the list once the daemon has it all; a second for its tail.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, api_peak) = rss(api_pid).unwrap_or_default();
+    let list_ms = list_started.map_or(0, |t| listed_at.duration_since(t).as_millis() as u64);
+    eprintln!(
+        "[watch_cost] listed {} objects in {list_ms} ms, {} MB received; leader RSS {} MB",
+        n(&listed, "watch_events"),
+        list_bytes / 1_000_000,
+        leader_rss / 1_000_000
+    );
+
+    // The churn: pods that run and end, which the leader deletes.
+    let before = daemon.status().await;
+    let bytes_before = proxy.bytes_down();
+    let sent1 = watch_sent(&kube.metrics_text().await);
+    let churn_started = Instant::now();
+    let mut results = futures::stream::iter(0..size.churn)
+        .map(|i| {
+            let api = admin.clone();
+            async move {
+                let (name, tag) = driver_pods::names(i, CHURN_RUN + round as u16);
+                let now = SystemTime::now();
+                let statuses = [
+                    driver_pods::creating(now),
+                    driver_pods::running(now),
+                    driver_pods::terminated("Succeeded", now, SystemTime::now()),
+                ];
+                write_pod(&api, &name, &tag, &statuses).await
+            }
+        })
+        .buffer_unordered(CHURNERS);
+    while let Some(r) = results.next().await {
+        r?;
+    }
+    drop(results);
+    let accepted0 = n(&before["outcomes"], "accepted");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let st = daemon.status().await;
+        if n(&st["outcomes"], "accepted") >= accepted0 + size.churn as u64 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the churn's pods were not deleted in 10 minutes: {st}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A last event, after every event of the churn: once the daemon has taken it, it has
+    // taken them all.
+    let observed = n(&daemon.status().await, "observed");
+    let (sentinel, _) = driver_pods::names(0, FAILED_RUN);
+    let mark = json!({"metadata": {"annotations": {"podsweep-bench/round": round.to_string()}}});
+    admin
+        .patch(&sentinel, &PatchParams::default(), &Patch::Merge(&mark))
+        .await
+        .map_err(|e| format!("sentinel: {e}"))?;
+    let after = loop {
+        let st = daemon.status().await;
+        if n(&st, "observed") > observed {
+            break st;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("the sentinel event did not arrive: {st}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let churn_s = churn_started.elapsed().as_secs_f64();
+    let sent2 = watch_sent(&kube.metrics_text().await);
+    let bytes_after = proxy.bytes_down();
+    let (leader_rss_end, leader_peak_end) = rss(daemon.pid()).unwrap_or_default();
+    daemon.stop().await;
+
+    let k = size.churn.max(1) as f64;
+    let events = n(&after, "watch_events").saturating_sub(n(&before, "watch_events"));
+    Ok(json!({
+        "list": {
+            "mode": listed.get("watch_list_mode").cloned().unwrap_or(Value::Null),
+            "field_selector": listed.get("watch_field_selector").cloned().unwrap_or(Value::Null),
+            "objects": n(&listed, "watch_events"),
+            "time_ms": list_ms,
+            "wire_bytes": list_bytes,
+            "watch_event_bytes_sent": sent1.1 - sent0.1,
+            "leader_rss_mb": mb(leader_rss),
+            "leader_peak_rss_mb": mb(leader_peak),
+            "apiserver_rss_base_mb": mb(api_base),
+            "apiserver_peak_rss_mb": mb(api_peak),
+            "apiserver_peak_rss_delta_mb": mb(api_peak.saturating_sub(api_base)),
+            "tracked": n(&listed, "tracked"),
+        },
+        "churn": {
+            "seconds": round2(churn_s),
+            "deleted": n(&after["outcomes"], "accepted") - accepted0,
+            "watch_events": events,
+            "events_per_terminated_pod": round2(events.saturating_sub(1) as f64 / k),
+            "watch_bytes_per_terminated_pod": ((sent2.1 - sent1.1) / k).round(),
+            "watch_events_sent_per_terminated_pod": round2((sent2.0 - sent1.0 - 1.0) / k),
+            "wire_bytes_per_terminated_pod": ((bytes_after - bytes_before) as f64 / k).round(),
+        },
+        "leader_rss_end_mb": mb(leader_rss_end),
+        "leader_peak_rss_end_mb": mb(leader_peak_end),
+    }))
+}
+
+fn n(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+fn mb(bytes: u64) -> f64 {
+    round2(bytes as f64 / 1_048_576.0)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The daemon, as an operator runs it, alone (`--single-server`).
+struct Daemon {
+    child: tokio::process::Child,
+    url: String,
+    stderr: PathBuf,
+}
+
+impl Daemon {
+    async fn start(
+        dir: &PathBuf,
+        kube: &RealKube,
+        token: &str,
+        proxy: &Proxy,
+        conf: &[(&str, &str)],
+    ) -> Result<Daemon, String> {
+        use podsweep::config::keys;
+        let mut file = format!(
+            "{} NONE\n{}=ALL\n{}=PT5S\n{}=P1D\n{}=P365D\n\
+             kyuubi.kubernetes.master.address=https://{}\n\
+             kyuubi.kubernetes.authenticate.oauthToken={token}\n\
+             kyuubi.kubernetes.authenticate.caCertFile={}\n{}={NS}\n",
+            keys::CLEANUP_KIND,
+            keys::WATCH_KIND,
+            keys::RETAIN_PERIOD,
+            keys::FAILED_RETAIN_PERIOD,
+            keys::STEP_DOWN_AFTER,
+            proxy.addr,
+            kube.ca.display(),
+            keys::KUBE_NAMESPACE,
+        );
+        for (k, v) in conf {
+            file.push_str(&format!("{k}={v}\n"));
+        }
+        let path = dir.join("kyuubi-defaults.conf");
+        std::fs::write(&path, file).map_err(|e| e.to_string())?;
+        let stderr = dir.join("stderr.log");
+        let mut child = tokio::process::Command::new(bin())
+            .arg("--config")
+            .arg(&path)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--server-id",
+                LEADER,
+                "--single-server",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).map_err(|e| e.to_string())?)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("{}: {e}", bin()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .map_err(|_| "no listening line within 30 s".to_owned())?
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "the daemon ended: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            })?;
+        let url = line
+            .strip_prefix("podsweep listening on ")
+            .ok_or_else(|| format!("unexpected first line {line:?}"))?
+            .to_owned();
+        Ok(Daemon { child, url, stderr })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    fn exited(&mut self) -> Option<String> {
+        self.child.try_wait().ok().flatten().map(|s| s.to_string())
+    }
+
+    fn stderr_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// The status of the scope of namespace [`NS`] (`null` while the daemon does not answer).
+    async fn status(&self) -> Value {
+        let Some(host) = self.url.strip_prefix("http://") else {
+            return Value::Null;
+        };
+        let Ok(mut s) = tokio::net::TcpStream::connect(host).await else {
+            return Value::Null;
+        };
+        let req = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        if s.write_all(req.as_bytes()).await.is_err() {
+            return Value::Null;
+        }
+        let mut reply = String::new();
+        if s.read_to_string(&mut reply).await.is_err() {
+            return Value::Null;
+        }
+        let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        serde_json::from_str::<Value>(body)
+            .ok()
+            .and_then(|v| v.as_array()?.iter().find(|s| s["namespace"] == NS).cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// SIGTERM, then the exit (closing the engine deletes nothing).
+    async fn stop(mut self) {
+        if let Some(pid) = self.child.id() {
+            common::process::signal(pid, "TERM");
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+    }
+}
