@@ -25,9 +25,11 @@
 //!    * **churn**: 1,000 new driver pods, 16 at a time, each created, then (status) creating,
 //!      running, Succeeded; the daemon deletes each after 5 s. Done when it has deleted them all
 //!      and has taken a last event sent after them (an annotation on a Failed pod, which every
-//!      variant's watch carries). Per terminated pod: the watch events the daemon took, the bytes
-//!      of watch events the API server sent it (`apiserver_watch_events_sizes`), the bytes it
-//!      received on the wire (watch and DELETE answers).
+//!      variant's watch carries). Per terminated pod: the watch events the daemon took; the
+//!      bytes of those events (a second watch with the daemon's own selectors, opened by the
+//!      bench just before, read until that last event: the JSON lines the API server sends);
+//!      the bytes the daemon received on the wire (its watch and its DELETEs' answers, TLS
+//!      included).
 //!
 //! The daemon's `/status` is read every 20 ms; the list time is good to that. The daemon is this
 //! build's `podsweep`, or the binary `PODSWEEP_WATCH_COST_BIN` names.
@@ -41,7 +43,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
 use common::driver_pods;
-use common::kube_ops::{metric_sum, rss};
+use common::kube_ops::rss;
 use common::proxy::Proxy;
 use common::real_kube::RealKube;
 use futures::StreamExt;
@@ -247,13 +249,44 @@ async fn write_pod(
     }
 }
 
-/// The Pod watch events the API server has sent (all watchers): count and bytes.
-fn watch_sent(metrics: &str) -> (f64, f64) {
-    let pod = ["resource=\"pods\""];
-    (
-        metric_sum(metrics, "apiserver_watch_events_total", &pod),
-        metric_sum(metrics, "apiserver_watch_events_sizes_sum", &pod),
-    )
+/// A second watch with the leader's own selectors, from the bench: the bytes and events the
+/// API server sends on such a watch, from `rv` until the sentinel's event (left out).
+async fn mirror_watch(
+    client: kube::Client,
+    selector: Option<String>,
+    rv: String,
+    sentinel: String,
+) -> Result<(u64, u64), String> {
+    use futures::AsyncBufReadExt as _;
+    let mut url = format!(
+        "/api/v1/namespaces/{NS}/pods?watch=1&allowWatchBookmarks=false&labelSelector=kyuubi-unique-tag&resourceVersion={rv}"
+    );
+    if let Some(f) = selector {
+        url.push_str("&fieldSelector=");
+        url.push_str(
+            &f.replace('!', "%21")
+                .replace('=', "%3D")
+                .replace(',', "%2C"),
+        );
+    }
+    let req = http::Request::get(url)
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    let body = client
+        .request_stream(req)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut lines = Box::pin(body).lines();
+    let (mut bytes, mut events) = (0u64, 0u64);
+    while let Some(line) = lines.next().await {
+        let line = line.map_err(|e| e.to_string())?;
+        if line.contains(&sentinel) {
+            return Ok((bytes, events));
+        }
+        bytes += line.len() as u64 + 1;
+        events += 1;
+    }
+    Err("the mirror watch ended before the sentinel".into())
 }
 
 async fn measure(
@@ -285,7 +318,6 @@ async fn measure(
         .map_err(|e| format!("cannot reset the API server's peak RSS: {e}"))?;
     let upstream = kube.server.trim_start_matches("https://").to_owned();
     let proxy = Proxy::start(&upstream).await;
-    let sent0 = watch_sent(&kube.metrics_text().await);
 
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut daemon = Daemon::start(&dir.path().to_path_buf(), kube, token, &proxy, conf).await?;
@@ -328,7 +360,16 @@ async fn measure(
     // The churn: pods that run and end, which the leader deletes.
     let before = daemon.status().await;
     let bytes_before = proxy.bytes_down();
-    let sent1 = watch_sent(&kube.metrics_text().await);
+    let rv = admin
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(|e| format!("list: {e}"))?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let selector = listed["watch_field_selector"].as_str().map(str::to_owned);
+    let mark = format!("round-{round}-sentinel");
+    let mirror = tokio::spawn(mirror_watch(kube.admin().await, selector, rv, mark.clone()));
     let churn_started = Instant::now();
     let mut results = futures::stream::iter(0..size.churn)
         .map(|i| {
@@ -367,9 +408,9 @@ async fn measure(
     // taken them all.
     let observed = n(&daemon.status().await, "observed");
     let (sentinel, _) = driver_pods::names(0, FAILED_RUN);
-    let mark = json!({"metadata": {"annotations": {"podsweep-bench/round": round.to_string()}}});
+    let patch = json!({"metadata": {"annotations": {"podsweep-bench/round": mark}}});
     admin
-        .patch(&sentinel, &PatchParams::default(), &Patch::Merge(&mark))
+        .patch(&sentinel, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| format!("sentinel: {e}"))?;
     let after = loop {
@@ -383,8 +424,11 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let churn_s = churn_started.elapsed().as_secs_f64();
-    let sent2 = watch_sent(&kube.metrics_text().await);
     let bytes_after = proxy.bytes_down();
+    let (mirror_bytes, mirror_events) = tokio::time::timeout(Duration::from_secs(60), mirror)
+        .await
+        .map_err(|_| "the mirror watch saw no sentinel within 60 s".to_owned())?
+        .map_err(|e| e.to_string())??;
     let (leader_rss_end, leader_peak_end) = rss(daemon.pid()).unwrap_or_default();
     daemon.stop().await;
 
@@ -397,7 +441,6 @@ async fn measure(
             "objects": n(&listed, "watch_events"),
             "time_ms": list_ms,
             "wire_bytes": list_bytes,
-            "watch_event_bytes_sent": sent1.1 - sent0.1,
             "leader_rss_mb": mb(leader_rss),
             "leader_peak_rss_mb": mb(leader_peak),
             "apiserver_rss_base_mb": mb(api_base),
@@ -410,8 +453,8 @@ async fn measure(
             "deleted": n(&after["outcomes"], "accepted") - accepted0,
             "watch_events": events,
             "events_per_terminated_pod": round2(events.saturating_sub(1) as f64 / k),
-            "watch_bytes_per_terminated_pod": ((sent2.1 - sent1.1) / k).round(),
-            "watch_events_sent_per_terminated_pod": round2((sent2.0 - sent1.0 - 1.0) / k),
+            "mirror_watch_events": mirror_events,
+            "watch_bytes_per_terminated_pod": (mirror_bytes as f64 / k).round(),
             "wire_bytes_per_terminated_pod": ((bytes_after - bytes_before) as f64 / k).round(),
         },
         "leader_rss_end_mb": mb(leader_rss_end),
