@@ -249,6 +249,17 @@ async fn write_pod(
     }
 }
 
+/// An admin client without a read timeout (a watch may be quiet for a while).
+async fn unhurried(kube: &RealKube) -> Result<kube::Client, String> {
+    let conf: std::collections::HashMap<String, String> =
+        kube.client_conf(&kube.admin_token).into_iter().collect();
+    let mut cfg = podsweep::kube_client::build_config(&conf)
+        .await
+        .map_err(|e| e.to_string())?;
+    cfg.read_timeout = None;
+    kube::Client::try_from(cfg).map_err(|e| e.to_string())
+}
+
 /// A second watch with the leader's own selectors, from the bench: the bytes and events the
 /// API server sends on such a watch, from `rv` until the sentinel's event (left out).
 async fn mirror_watch(
@@ -369,7 +380,12 @@ async fn measure(
         .unwrap_or_default();
     let selector = listed["watch_field_selector"].as_str().map(str::to_owned);
     let mark = format!("round-{round}-sentinel");
-    let mirror = tokio::spawn(mirror_watch(kube.admin().await, selector, rv, mark.clone()));
+    let mirror = tokio::spawn(mirror_watch(
+        unhurried(kube).await?,
+        selector,
+        rv,
+        mark.clone(),
+    ));
     let churn_started = Instant::now();
     let mut results = futures::stream::iter(0..size.churn)
         .map(|i| {

@@ -18,6 +18,14 @@ impl RealKube {
         Self::up(prefix, extra)
     }
 
+    /// [`RealKube::start`] on another etcd binary (scripts/kube's `PODSWEEP_ETCD`).
+    pub fn start_on_etcd(prefix: &str, extra: &[&str], etcd: &std::path::Path) -> RealKube {
+        let etcd = etcd.display().to_string();
+        let mut k = Self::up_env(prefix, extra, &[("PODSWEEP_ETCD", &etcd)]);
+        k.etcd = Some(etcd);
+        k
+    }
+
     /// `scripts/kube restart DIR WHAT` (`kube-apiserver` or `etcd`): stopped by its PID and
     /// started again with the same command line, ready when this returns.
     pub fn restart(&self, what: &str) {
@@ -53,7 +61,11 @@ impl RealKube {
 
     /// The etcd this control plane runs on: its binary's `etcd --version` first line.
     pub fn etcd_version(&self) -> String {
-        let bin = std::env::var("PODSWEEP_ETCD").unwrap_or_else(|_| "etcd".to_owned());
+        let bin = self
+            .etcd
+            .clone()
+            .or_else(|| std::env::var("PODSWEEP_ETCD").ok())
+            .unwrap_or_else(|| "etcd".to_owned());
         Command::new(&bin)
             .arg("--version")
             .output()

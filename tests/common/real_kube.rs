@@ -37,6 +37,8 @@ pub struct RealKube {
     pub version: String,
     /// The full control plane (`--cluster`): the names of its KWOK nodes; empty otherwise.
     pub nodes: Vec<String>,
+    /// The etcd binary it runs on, when not the environment's (`RealKube::start_on_etcd`).
+    pub etcd: Option<String>,
 }
 
 /// PodGC's threshold on [`RealKube::cluster`]: a test that wants PodGC at work puts more
@@ -76,6 +78,11 @@ impl RealKube {
     }
 
     pub(super) fn up(prefix: &str, extra: &[&str]) -> RealKube {
+        Self::up_env(prefix, extra, &[])
+    }
+
+    /// [`RealKube::up`] with `env` added to scripts/kube's environment (e.g. `PODSWEEP_ETCD`).
+    pub(super) fn up_env(prefix: &str, extra: &[&str], env: &[(&str, &str)]) -> RealKube {
         // The directories of earlier test processes that have ended (their servers stopped with
         // them): each holds an etcd data directory and an audit log.
         if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
@@ -99,6 +106,7 @@ impl RealKube {
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
             .args(extra)
+            .envs(env.iter().copied())
             .output()
             .expect("run scripts/kube up");
         assert!(
@@ -128,6 +136,7 @@ impl RealKube {
                 .get("PODSWEEP_KUBE_NODES")
                 .map(|n| n.split(',').map(str::to_owned).collect())
                 .unwrap_or_default(),
+            etcd: None,
         }
     }
 
