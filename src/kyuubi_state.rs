@@ -15,8 +15,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::model::{
     AppState, EventKind, Observation, PodAnnotations, KEEP_ANNOTATION, RETAIN_ANNOTATION,
@@ -55,9 +55,19 @@ impl Default for StateConfig {
 
 /// What one watch event of `pod` tells the engine; `None` without a name or a UID.
 pub fn observation(pod: &Pod, cfg: &StateConfig, kind: EventKind) -> Option<Observation> {
-    let meta = &pod.metadata;
+    observation_of(&pod.metadata, pod.status.as_ref(), cfg, kind)
+}
+
+/// [`observation`] of a pod given by its metadata and status (the watch's
+/// [`crate::watch::WatchedPod`] keeps no more).
+pub fn observation_of(
+    meta: &ObjectMeta,
+    status: Option<&PodStatus>,
+    cfg: &StateConfig,
+    kind: EventKind,
+) -> Option<Observation> {
     let labels = meta.labels.as_ref();
-    let state = application_state(pod, cfg, kind == EventKind::Delete);
+    let state = state_of(status, cfg, kind == EventKind::Delete);
     // Read only where they can matter: an event that can lead to a DELETE.
     let annotations = if state.is_terminated() {
         meta.annotations.as_ref().and_then(|a| {
@@ -79,7 +89,7 @@ pub fn observation(pod: &Pod, cfg: &StateConfig, kind: EventKind) -> Option<Obse
         pod_uid: meta.uid.clone().filter(|u| !u.is_empty())?,
         state,
         has_app_selector: labels.is_some_and(|l| l.contains_key(APP_SELECTOR_LABEL)),
-        terminated_at: terminated_at(pod, cfg),
+        terminated_at: terminated_at_of(status, cfg),
         deletion_requested: meta.deletion_timestamp.is_some(),
         annotations,
     })
@@ -90,7 +100,10 @@ pub fn observation(pod: &Pod, cfg: &StateConfig, kind: EventKind) -> Option<Obse
 /// container's state; otherwise the pod phase. For a DELETE event (`deleted`) a state that is not
 /// terminal becomes FAILED (a deleted pod's last snapshot may still say Pending).
 pub fn application_state(pod: &Pod, cfg: &StateConfig, deleted: bool) -> AppState {
-    let status = pod.status.as_ref();
+    state_of(pod.status.as_ref(), cfg, deleted)
+}
+
+fn state_of(status: Option<&PodStatus>, cfg: &StateConfig, deleted: bool) -> AppState {
     let pod_state = phase_state(status.and_then(|s| s.phase.as_deref()));
     let container_state = match cfg.source {
         StateSource::Pod => None,
@@ -116,7 +129,11 @@ pub fn application_state(pod: &Pod, cfg: &StateConfig, deleted: bool) -> AppStat
 /// the phase maps to a terminal state, the `Ready` condition's `lastTransitionTime`. `None` when
 /// unknown (podsweep then counts from its first observation).
 pub fn terminated_at(pod: &Pod, cfg: &StateConfig) -> Option<SystemTime> {
-    let status = pod.status.as_ref()?;
+    terminated_at_of(pod.status.as_ref(), cfg)
+}
+
+fn terminated_at_of(status: Option<&PodStatus>, cfg: &StateConfig) -> Option<SystemTime> {
+    let status = status?;
     let containers = status.container_statuses.as_deref();
     if cfg.source == StateSource::Container {
         if let Some(t) = state_container(containers, &cfg.container).and_then(finished_at) {

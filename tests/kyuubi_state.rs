@@ -118,3 +118,32 @@ fn a_deletion_timestamp_and_missing_labels_are_read() {
         kyuubi_state::observation(&nameless, &StateConfig::default(), EventKind::Add).is_none()
     );
 }
+
+/// The watch decodes pods into [`podsweep::watch::WatchedPod`], which keeps only what podsweep
+/// reads: every case of the shared table, with podsweep's annotations added, gives the same
+/// observation either way, under every state source and event kind.
+#[test]
+fn the_watchs_slim_pods_give_the_same_observations() {
+    let mut checked = 0;
+    for case in &table() {
+        let name = case["name"].as_str().unwrap();
+        let mut json = case["pod"].clone();
+        json["metadata"]["annotations"] = serde_json::json!({
+            "podsweep.org/retain-period": "PT1H", "podsweep.org/keep": "false", "other": "x"
+        });
+        let full: Pod = serde_json::from_value(json.clone()).unwrap();
+        let slim: podsweep::watch::WatchedPod = serde_json::from_value(json)
+            .unwrap_or_else(|e| panic!("{name}: not a WatchedPod: {e}"));
+        for (key, cfg) in configs() {
+            for kind in [EventKind::Add, EventKind::Update, EventKind::Delete] {
+                assert_eq!(
+                    slim.observation(&cfg, kind),
+                    kyuubi_state::observation(&full, &cfg, kind),
+                    "{name}: {key} {kind:?}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    println!("{checked} observations match");
+}

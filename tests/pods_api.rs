@@ -82,3 +82,15 @@ async fn a_cut_sender_is_never_answered_and_its_connection_closes_at_the_heal() 
     let last = api.deletes().pop().unwrap();
     assert_eq!((last.name.as_str(), last.via.as_str()), ("a", "server-0"));
 }
+
+#[test]
+fn field_selectors_on_the_phase() {
+    use common::pods_fields::matches;
+    let pod = |p: &str| serde_json::json!({"status": {"phase": p}});
+    let past_running = "status.phase!=Pending,status.phase!=Running";
+    assert_eq!(matches(past_running, &pod("Succeeded")), Ok(true));
+    assert_eq!(matches(past_running, &pod("Running")), Ok(false));
+    assert_eq!(matches("status.phase=Failed", &pod("Failed")), Ok(true));
+    assert_eq!(matches("", &pod("Running")), Ok(true));
+    assert!(matches("spec.nodeName=x", &pod("Running")).is_err());
+}

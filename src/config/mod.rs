@@ -125,6 +125,12 @@ pub mod keys {
         "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.enabled";
     /// The cleanup kind in self-watch mode (default: the stock key's value).
     pub const WATCH_KIND: &str = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.kind";
+    /// The leader's watch asks only for pods past Running (a field selector on the phase).
+    pub const WATCH_PHASE_SELECTOR: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.phaseSelector";
+    /// The leader's watch starts with a streaming list (WatchList) where offered.
+    pub const WATCH_STREAMING_LIST: &str =
+        "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.watch.streamingList";
     pub const INIT_LIST: &str = "kyuubi.kubernetes.client.initialize.list";
     pub const STATE_SOURCE: &str = "kyuubi.kubernetes.application.state.source";
     pub const STATE_CONTAINER: &str = "kyuubi.kubernetes.application.state.container";
@@ -222,6 +228,8 @@ pub struct Settings {
     pub scope_watch: bool,
     /// Kyuubi's state mapping (state source and container).
     pub state: crate::kyuubi_state::StateConfig,
+    /// What the leaders' pod watches ask for (`watch.phaseSelector`, `watch.streamingList`).
+    pub watch_options: crate::watch::WatchOptions,
     /// The raw configuration, kept for the per-scope Kubernetes client overlay.
     pub raw: HashMap<String, String>,
     /// Which of its values are secret ([`redact`]).
@@ -316,6 +324,7 @@ impl Settings {
             events_qps,
             scope_watch,
             state: self::watch::parse_state(&get)?,
+            watch_options: self::watch::parse_watch_options(&get)?,
             context_allow: list(keys::CONTEXT_ALLOW_LIST),
             namespace_allow: list(keys::NAMESPACE_ALLOW_LIST),
             ha,

@@ -538,6 +538,37 @@ pub static KEYS: &[KeyDoc] = &[
         internal: false,
     },
     KeyDoc {
+        key: keys::WATCH_PHASE_SELECTOR,
+        const_name: "WATCH_PHASE_SELECTOR",
+        typ: KeyType::Boolean,
+        default: Some("true"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether the elected server's pod watch in self-watch mode asks the API server only \
+              for the driver pods past Running (field selector \
+              status.phase!=Pending,status.phase!=Running), so that running pods cost it no list \
+              entry and no event; with kyuubi.kubernetes.application.state.source POD (Kyuubi's \
+              default) only. With CONTAINER, or false, it watches every driver pod.",
+        since: "0.2.0",
+        routes: &[Route::Dropin, Route::Daemon],
+        internal: false,
+    },
+    KeyDoc {
+        key: keys::WATCH_STREAMING_LIST,
+        const_name: "WATCH_STREAMING_LIST",
+        typ: KeyType::Boolean,
+        default: Some("true"),
+        fallback: None,
+        check: Check::None,
+        doc: "Whether the elected server's pod watch gets the pods' first state as a streaming \
+              list (sendInitialEvents, Kubernetes' WatchList feature) instead of a list, where \
+              the API server offers one; where it refuses or fails one, the watch lists instead \
+              and tries streaming again an hour later. false: always a list.",
+        since: "0.2.0",
+        routes: &[Route::Dropin, Route::Daemon],
+        internal: false,
+    },
+    KeyDoc {
         key: keys::DROPIN_ENABLED,
         const_name: "DROPIN_ENABLED",
         typ: KeyType::Boolean,

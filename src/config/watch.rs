@@ -5,6 +5,7 @@ use super::{keys, parse_bool, parse_kind, ConfigError};
 use crate::kyuubi_state::{StateConfig, StateSource, DEFAULT_STATE_CONTAINER};
 use crate::model::CleanupKind;
 use crate::scope::Scope;
+use crate::watch::WatchOptions;
 
 /// Everything self-watch mode needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +62,26 @@ pub(super) fn named_scopes<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Vec<Sc
             get(keys::KUBE_NAMESPACE),
         )],
     }
+}
+
+/// What the leaders' pod watches ask for (read by every mode: the self-watch, and the leaders'
+/// scope-wide watch beside owner-scoped informers, which streams but takes no field selector).
+pub(super) fn parse_watch_options<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<WatchOptions, ConfigError> {
+    let d = WatchOptions::default();
+    Ok(WatchOptions {
+        phase_selector: parse_bool(
+            keys::WATCH_PHASE_SELECTOR,
+            get(keys::WATCH_PHASE_SELECTOR),
+            d.phase_selector,
+        )?,
+        streaming_list: parse_bool(
+            keys::WATCH_STREAMING_LIST,
+            get(keys::WATCH_STREAMING_LIST),
+            d.streaming_list,
+        )?,
+    })
 }
 
 /// Kyuubi's state source and state container (read by every mode: the leaders' scope-wide

@@ -312,12 +312,18 @@ impl Engine {
                 watch_source.clone(),
                 settings.state.clone(),
                 settings.leaderless_alert,
+                settings.watch_options,
             )
         });
         let watches = settings.watch.as_ref().map(|w| {
             // Configured scopes campaign for the engine's whole life.
             sweeper_cfg.idle_release = crate::config::MAX_TIME;
-            Watches::new(watch_source, w.state.clone(), settings.leaderless_alert)
+            Watches::new(
+                watch_source,
+                w.state.clone(),
+                settings.leaderless_alert,
+                settings.watch_options,
+            )
         });
         let kind_key = settings
             .watch

@@ -48,6 +48,9 @@ pub(super) struct Entry {
     pub from_informer: bool,
     /// The latest time the pod was seen running by events answered on the caller's thread.
     pub seen_running: Option<SystemTime>,
+    /// One of its events came as [`Command::Entered`] (a filtered watch's event of a terminated
+    /// pod, which may be its entry into the selection).
+    pub entered: bool,
     /// The last running state before [`Entry::last`], when that is a terminal state.
     pub running: Option<Observation>,
     pub last: Option<Observation>,
@@ -163,6 +166,7 @@ impl Inbox {
         match cmd {
             Command::Observe(obs) => self.observe(obs, None),
             Command::Watched(obs) => self.merge(obs, None, false),
+            Command::Entered(obs) => self.merge_entered(obs),
             Command::Listed(_) | Command::Unwatched | Command::ScopeUnwatched => {
                 let mut waiting = self.pods.lock();
                 waiting.epoch += 1;
@@ -182,6 +186,11 @@ impl Inbox {
         self.merge(obs, seen_running, true)
     }
 
+    /// [`Inbox::observe`] of a [`Command::Entered`] event: its entry is marked so.
+    fn merge_entered(&self, obs: Observation) -> Result<(), Command> {
+        self.merge_as(obs, None, true, true)
+    }
+
     /// [`Inbox::observe`], from this server's informer or only from the scope watch.
     fn merge(
         &self,
@@ -189,9 +198,20 @@ impl Inbox {
         seen_running: Option<SystemTime>,
         from_informer: bool,
     ) -> Result<(), Command> {
-        let give_back = |obs| match from_informer {
-            true => Command::Observe(obs),
-            false => Command::Watched(obs),
+        self.merge_as(obs, seen_running, from_informer, false)
+    }
+
+    fn merge_as(
+        &self,
+        obs: Observation,
+        seen_running: Option<SystemTime>,
+        from_informer: bool,
+        entered: bool,
+    ) -> Result<(), Command> {
+        let give_back = |obs| match (from_informer, entered) {
+            (_, true) => Command::Entered(obs),
+            (true, false) => Command::Observe(obs),
+            (false, false) => Command::Watched(obs),
         };
         if self.tx.is_closed() {
             return Err(give_back(obs));
@@ -203,11 +223,13 @@ impl Inbox {
                 e.saw_running(at);
             }
             e.from_informer |= from_informer;
+            e.entered |= entered;
             e.merge(obs);
             return Ok(());
         }
         let mut e = Box::<Entry>::default();
         e.from_informer = from_informer;
+        e.entered = entered;
         if let Some(at) = seen_running {
             e.saw_running(at);
         }

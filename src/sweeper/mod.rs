@@ -152,6 +152,11 @@ pub enum Command {
     /// One pod event from the leader's scope-wide watch beside the informers (`scopeWatch`):
     /// merged as [`Command::Observe`], and marked as told only by that watch.
     Watched(Observation),
+    /// Self-watch mode with a field selector (pods past Running): a watch event of a terminated
+    /// pod, which may be its entry into the selection, so it was not terminated just before.
+    /// Merged as [`Command::Observe`]; a pod the tracker knows nothing of counts as seen running
+    /// then ([`crate::tracker::Tracker::entered`]).
+    Entered(Observation),
     /// The scope-wide watch beside the informers ended (the term ended, or the watch failed):
     /// what only it told is dropped ([`crate::tracker::Tracker::drop_watch_only`]).
     ScopeUnwatched,
@@ -358,6 +363,10 @@ impl Sweeper {
         match cmd {
             Command::Observe(obs) => self.on_observe(&obs, false),
             Command::Watched(obs) => self.on_observe(&obs, true),
+            Command::Entered(obs) => {
+                self.entered(&obs);
+                self.on_observe(&obs, false)
+            }
             Command::Pod(key) => {
                 if let Some(e) = self.pods.take(&key) {
                     self.apply_entry(e);
@@ -390,6 +399,9 @@ impl Sweeper {
         }
         if let (Some(at), Some(last)) = (e.seen_running, &e.last) {
             self.tracker.saw_running(&Uid::new(&last.pod_uid), at);
+        }
+        if let (true, Some(last)) = (e.entered, &e.last) {
+            self.entered(last);
         }
         if let Some(last) = &e.last {
             self.on_observe(last, from_watch);

@@ -11,6 +11,9 @@
 //! * When the scope-wide watch beside the informers (`scopeWatch`) ends (the term ended, or the
 //!   watch failed), the records and marks that only it told of are dropped, and the informer's
 //!   stay: an ex-leader holds nothing of pods its informer never sees end.
+//! * With a field selector (pods past Running), a terminated pod the watch tells of, which the
+//!   tracker knows nothing of, counts as seen running just before (`entered`): its termination
+//!   keeps the floor of a pod seen running.
 //! * A DELETE still in flight when its record is dropped is let finish and reported; a record
 //!   armed again for that UID meanwhile is not dispatched until it has ended, and is settled by
 //!   it if it succeeded.
@@ -23,6 +26,7 @@ use tracing::{debug, info};
 use super::{Sweeper, Uid};
 use crate::deleter::Outcome;
 use crate::metrics::ScopeMetrics;
+use crate::model::Observation;
 use crate::tracker::{Record, Stage};
 
 impl Sweeper {
@@ -78,6 +82,22 @@ impl Sweeper {
                 self.scope
             );
         }
+    }
+
+    /// A filtered watch's event of a terminated pod that may have just entered its selection:
+    /// the pod was not terminated a moment before (the event's arrival less the informer's
+    /// delivery margin), as if it had been seen running then, so its termination is not dated
+    /// earlier than its first sighting less [`crate::schedule::SKEW_TOLERANCE`], as for a pod the
+    /// watch saw running ([`crate::tracker::Tracker::entered`]).
+    pub(super) fn entered(&mut self, obs: &Observation) {
+        if !obs.state.is_terminated() || obs.is_cleaned() || !obs.is_kyuubi_driver() {
+            return;
+        }
+        let at = self.clock.now();
+        let at = at
+            .checked_sub(crate::schedule::SKEW_TOLERANCE)
+            .unwrap_or(at);
+        self.tracker.entered(&Uid::new(&obs.pod_uid), at);
     }
 
     /// Drops what belongs to a record that is gone from the tracker (its timer went with it); a

@@ -21,7 +21,9 @@
 //!   FAILED) ends the termination: the record is disarmed and the spared mark dropped, without a
 //!   tombstone, so a later termination is tracked and judged afresh.
 //! * The last time a driver pod was seen in a non-terminal state is kept while the pod lives, and
-//!   its termination is never dated earlier (see [`crate::schedule::anchor`]).
+//!   its termination is never dated earlier (see [`crate::schedule::anchor`]). A watch that
+//!   carries only terminated pods tells of a pod's entry instead ([`Tracker::entered`]): it counts
+//!   as seen running then.
 //! * Times are kept in whole milliseconds, rounded up: a deadline computed from a record is never
 //!   earlier than one computed from the exact times. A record keeps 48 bits of them (up to the
 //!   year 10889); a later time counts as that latest one, never as an earlier time (and a pod's

@@ -28,6 +28,15 @@
 //! * The watch task is supervised ([`crate::restart`]): a panic drops the scope's records, makes
 //!   the scope unhealthy with the reason, and the task runs again after a backoff.
 //! * The pods are observed through Kyuubi 1.12.0's state mapping ([`crate::kyuubi_state`]).
+//! * **What it asks for** ([`lists`]): in self-watch mode with Kyuubi's `POD` state source, only
+//!   the driver pods past Running (a field selector on `status.phase`): running pods cost no list
+//!   entry and no event. A pod that terminates enters the selection (ADDED) and counts as seen
+//!   running just before ([`crate::tracker::Tracker::entered`]), so its deadline keeps the floor
+//!   a pod seen running has; a pod that leaves it is observed as running again, never as deleted.
+//!   The first state of a stream comes as a streaming list where the API server offers one, else
+//!   as a list (a refused streaming list is no error).
+//! * **What it keeps** ([`slim`]): each pod is decoded into [`WatchedPod`], the fields podsweep
+//!   reads; the rest of the JSON is skipped, never built.
 //!
 //! # Caveats
 //! * `watch_streams` in the scope status counts lists started (each leadership term's first
@@ -40,18 +49,24 @@
 //! * A pod that carries no termination time is dated by its first observation, so a relist
 //!   restarts its clock.
 
+mod lists;
+mod metrics;
+mod pace;
 mod scopes;
+mod slim;
 
+pub use self::lists::{ListMode, WatchOptions, PHASE_SELECTOR, STREAMING_RETRY_AFTER};
+pub use self::metrics::WatchMetrics;
 pub use self::scopes::Watches;
+pub use self::slim::WatchedPod;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 use kube::Api;
 use tokio::sync::watch as status_watch;
@@ -60,14 +75,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use self::lists::{Lists, WATCH_TIMEOUT_SECS};
+use self::pace::{Pace, RETRY_RESET_AFTER};
 use crate::backoff::Backoff;
 use crate::election::{Leadership, Status};
-use crate::kyuubi_state::{self, StateConfig, UNIQUE_TAG_LABEL};
+use crate::kyuubi_state::StateConfig;
 use crate::metrics::{
     ScopeMetrics, UNHEALTHY_WATCH_CANNOT_LIST, UNHEALTHY_WATCH_FAILING, UNHEALTHY_WATCH_RESTARTED,
 };
-use crate::model::EventKind;
-use crate::pause::{PauseKind, Pauses};
+use crate::model::{AppState, EventKind};
+use crate::pause::PauseKind;
 use crate::restart::Restarts;
 use crate::scope::Scope;
 use crate::sweeper::{Command, Inbox, Uid};
@@ -76,85 +93,9 @@ use crate::sweeper::{Command, Inbox, Uid};
 pub type ClientSource =
     Arc<dyn Fn(Scope) -> BoxFuture<'static, Result<(kube::Client, String), String>> + Send + Sync>;
 
-/// How long one watch request lasts on the server before kube-rs renews it.
-const WATCH_TIMEOUT_SECS: u32 = 290;
 /// First wait after a failed client build; doubles up to [`CLIENT_RETRY_MAX`].
 const CLIENT_RETRY_BASE: Duration = Duration::from_secs(1);
 const CLIENT_RETRY_MAX: Duration = Duration::from_secs(60);
-/// First wait before a list that follows a watch that failed or stopped soon after its own list;
-/// doubles up to [`RETRY_MAX`], back to the base after a watch that lasted [`RETRY_RESET_AFTER`]
-/// past its list. Kept across leadership terms, so a leadership that flaps does not relist at
-/// once each time.
-const RETRY_BASE: Duration = Duration::from_millis(800);
-const RETRY_MAX: Duration = Duration::from_secs(300);
-const RETRY_RESET_AFTER: Duration = Duration::from_secs(60);
-
-/// A scope's watch counters, for its status.
-#[derive(Debug, Default)]
-pub struct WatchMetrics {
-    /// This server holds the scope's pod watch now.
-    pub watching: AtomicBool,
-    /// Lists started (see the module's caveats).
-    pub streams: AtomicU64,
-    /// Errors met by the watch (failed lists and watches, expiries, client builds).
-    pub errors: AtomicU64,
-    /// Pod events received.
-    pub events: AtomicU64,
-    /// Epoch milliseconds of the first error since the watch last worked; 0 when it works.
-    failing_since_ms: AtomicU64,
-    /// The last error's text.
-    last_error: std::sync::Mutex<String>,
-}
-
-impl WatchMetrics {
-    /// Adds `watching`, `watch_streams`, `watch_errors` and `watch_events` to a status object.
-    pub fn add_to(&self, v: &mut serde_json::Value) {
-        v["watching"] = self.watching.load(Relaxed).into();
-        v["watch_streams"] = self.streams.load(Relaxed).into();
-        v["watch_errors"] = self.errors.load(Relaxed).into();
-        v["watch_events"] = self.events.load(Relaxed).into();
-        let since = self.failing_since_ms.load(Relaxed);
-        v["watch_failing_ms"] = match since {
-            0 => 0,
-            t => crate::metrics::epoch_ms().saturating_sub(t),
-        }
-        .into();
-        v["watch_last_error"] = match since {
-            0 => serde_json::Value::Null,
-            _ => self
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-                .into(),
-        };
-    }
-
-    fn failed(&self, error: String) {
-        self.errors.fetch_add(1, Relaxed);
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
-        let _ = self.failing_since_ms.compare_exchange(
-            0,
-            crate::metrics::epoch_ms().max(1),
-            Relaxed,
-            Relaxed,
-        );
-    }
-
-    /// How long the watch has been failing (zero while it works).
-    fn failing_for(&self) -> Duration {
-        match self.failing_since_ms.load(Relaxed) {
-            0 => Duration::ZERO,
-            t => Duration::from_millis(crate::metrics::epoch_ms().saturating_sub(t)),
-        }
-    }
-
-    /// The watch works: it received an event after its list, or has lasted
-    /// [`RETRY_RESET_AFTER`] past its list (a list alone proves nothing about the watch).
-    fn working(&self) {
-        self.failing_since_ms.store(0, Relaxed);
-    }
-}
 
 /// The engine's side of one scope's watch task.
 pub struct WatchHandle {
@@ -190,6 +131,8 @@ pub struct WatchTask {
     /// when it stops or fails it sends `ScopeUnwatched`, which drops only what it alone told
     /// (the informers' records stay).
     pub additive: bool,
+    /// The field selector and the streaming lists ([`lists`]).
+    pub options: WatchOptions,
 }
 
 impl WatchTask {
@@ -205,7 +148,8 @@ impl WatchTask {
 
 /// Starts the watch task of a scope on the current runtime.
 pub fn spawn(t: WatchTask) -> WatchHandle {
-    let metrics = Arc::new(WatchMetrics::default());
+    let selector = lists::selector(t.options, &t.state, t.additive);
+    let metrics = Arc::new(WatchMetrics::new(selector));
     let cancel = CancellationToken::new();
     let task = tokio::spawn(supervise(t, metrics.clone(), cancel.clone()));
     WatchHandle {
@@ -236,77 +180,6 @@ pub fn kube_clients(raw: std::collections::HashMap<String, String>) -> ClientSou
 /// The scope task went away (the engine closed or dropped it).
 struct Gone;
 
-/// When the next list may start: paced across watch errors and leadership terms alike.
-struct Pace {
-    backoff: Backoff,
-    /// No list before then.
-    next_at: Option<Instant>,
-    /// When the current stream's list started, while one runs.
-    started: Option<Instant>,
-    last_expiry: Option<Instant>,
-}
-
-impl Pace {
-    fn new() -> Self {
-        Pace {
-            backoff: Backoff::new(RETRY_BASE, RETRY_MAX),
-            next_at: None,
-            started: None,
-            last_expiry: None,
-        }
-    }
-
-    /// Waits until a list may start, and notes that one starts. A wait cut short (the term
-    /// ended) leaves the time in place for the next term.
-    ///
-    /// A wait is the scope's `list_pacing` pause, with its end: this server leads (after terms
-    /// that ended soon after their list, a new one may wait minutes) but watches nothing yet.
-    async fn list(&mut self, pauses: &Pauses) {
-        if let Some(at) = self.next_at.filter(|at| *at > Instant::now()) {
-            pauses.open(
-                PauseKind::ListPacing,
-                Some(at),
-                "this server leads the scope, but its first list waits: the watches of recent \
-                 terms ended soon after their lists, so lists are spaced out (up to 5 minutes)",
-            );
-            // Closed however the wait ends (a term that ends cuts it short).
-            let _open = ClosePause(pauses, PauseKind::ListPacing);
-            tokio::time::sleep_until(at).await;
-        }
-        self.next_at = None;
-        self.started = Some(Instant::now());
-    }
-
-    /// The stream that started with the last list ended: by an error (`expired` for a 410), or
-    /// because the term ended. Sets when the next list may start.
-    fn ended(&mut self, error: bool, expired: bool) {
-        let Some(started) = self.started.take() else {
-            return;
-        };
-        let now = Instant::now();
-        if now.duration_since(started) >= RETRY_RESET_AFTER {
-            self.backoff.reset();
-            if !error {
-                // A term that watched long enough: the next one lists at once.
-                return;
-            }
-        }
-        // An expiry relists at once, unless the last one was recent (a server that keeps
-        // answering 410 must not make a tight loop).
-        if expired {
-            let recent = self
-                .last_expiry
-                .is_some_and(|t| now.duration_since(t) < RETRY_RESET_AFTER);
-            self.last_expiry = Some(now);
-            if !recent {
-                return;
-            }
-        }
-        // Jitter (0.5x to 1x) keeps a fleet's scopes from retrying in step.
-        self.next_at = Some(now + self.backoff.next_delay());
-    }
-}
-
 /// Runs the watch task; after a panic, the scope drops its records (events were lost), reports
 /// unhealthy with the reason, and the task runs again after a backoff.
 async fn supervise(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: CancellationToken) {
@@ -318,9 +191,10 @@ async fn supervise(mut t: WatchTask, metrics: Arc<WatchMetrics>, cancel: Cancell
         t.healthy_after,
     );
     let mut pace = Pace::new();
+    let mut lists = Lists::new(t.options.streaming_list);
     loop {
         let Err(what) = restarts
-            .guard(run(&mut t, &metrics, &cancel, &mut pace))
+            .guard(run(&mut t, &metrics, &cancel, &mut pace, &mut lists))
             .await
         else {
             return;
@@ -344,6 +218,7 @@ async fn run(
     metrics: &WatchMetrics,
     cancel: &CancellationToken,
     pace: &mut Pace,
+    lists: &mut Lists,
 ) {
     loop {
         // Wait until this server leads the scope.
@@ -361,7 +236,7 @@ async fn run(
         let why = tokio::select! {
             _ = cancel.cancelled() => Err(Gone),
             r = not_leading(&mut status) => r,
-            Gone = watch_pods(t, metrics, pace) => Err(Gone),
+            Gone = watch_pods(t, metrics, pace, lists) => Err(Gone),
         };
         // A stream cut short by the term's end counts as one that failed soon after its list.
         pace.ended(false, false);
@@ -394,20 +269,42 @@ async fn not_leading(status: &mut status_watch::Receiver<Status>) -> Result<Stri
 }
 
 /// Watches the scope's pods until the scope task goes away (never returns otherwise).
-async fn watch_pods(t: &WatchTask, metrics: &WatchMetrics, pace: &mut Pace) -> Gone {
+async fn watch_pods(
+    t: &WatchTask,
+    metrics: &WatchMetrics,
+    pace: &mut Pace,
+    lists: &mut Lists,
+) -> Gone {
     let (client, ns) = match build_client(t, metrics).await {
         Ok(c) => c,
         Err(gone) => return gone,
     };
-    let api: Api<Pod> = Api::namespaced(client, &ns);
+    let api: Api<WatchedPod> = Api::namespaced(client, &ns);
     let mut last_error: Option<String> = None;
     loop {
         pace.list(&t.health.pauses).await;
         let mut listed = false;
-        let error = match stream_once(t, metrics, &api, &ns, &mut last_error, &mut listed).await {
+        let mode = lists.next_mode();
+        metrics.stream_mode(mode);
+        let stream = stream_once(t, metrics, &api, mode, &mut last_error, &mut listed);
+        let error = match stream.await {
             Ok(e) => e,
             Err(gone) => return gone,
         };
+        if mode == ListMode::Streaming && !listed && lists.refused(&error) {
+            // Not offered here: a list at once, no error (what the partial stream told goes).
+            info!(
+                scope = %t.scope,
+                "The API server does not offer streaming lists of the pods of scope {} ({error}): \
+                 listing them instead, and streaming again in {} minutes",
+                t.scope,
+                STREAMING_RETRY_AFTER.as_secs() / 60
+            );
+            if t.tx.send(t.unwatched()).is_err() {
+                return Gone;
+            }
+            continue;
+        }
         // Nothing is watched until the next list has worked.
         metrics.watching.store(false, Relaxed);
         metrics.failed(error.to_string());
@@ -453,11 +350,7 @@ fn cannot_list(t: &WatchTask, why: &str) {
 fn report_failing(t: &WatchTask, metrics: &WatchMetrics) {
     let failing = metrics.failing_for();
     if failing >= t.healthy_after {
-        let why = metrics
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let why = metrics.last_error();
         t.health.set_unhealthy(
             UNHEALTHY_WATCH_FAILING,
             &format!(
@@ -472,15 +365,6 @@ fn report_failing(t: &WatchTask, metrics: &WatchMetrics) {
 fn watch_works(t: &WatchTask, metrics: &WatchMetrics) {
     metrics.working();
     t.health.clear_unhealthy(UNHEALTHY_WATCH_FAILING);
-}
-
-/// Closes a pause when dropped.
-struct ClosePause<'a>(&'a Pauses, PauseKind);
-
-impl Drop for ClosePause<'_> {
-    fn drop(&mut self) {
-        self.0.close(self.1);
-    }
 }
 
 /// Builds the scope's client, retrying with backoff.
@@ -520,15 +404,14 @@ async fn build_client(
 async fn stream_once(
     t: &WatchTask,
     metrics: &WatchMetrics,
-    api: &Api<Pod>,
-    ns: &str,
+    api: &Api<WatchedPod>,
+    mode: ListMode,
     last_error: &mut Option<String>,
     listed_ok: &mut bool,
 ) -> Result<watcher::Error, Gone> {
-    let cfg = watcher::Config::default()
-        .labels(UNIQUE_TAG_LABEL)
-        .timeout(WATCH_TIMEOUT_SECS);
+    let cfg = lists::config(metrics.selector, mode);
     let mut stream = std::pin::pin!(watcher::watcher(api.clone(), cfg));
+    let selected = metrics.selector.is_some();
     let mut listed: Option<HashSet<Uid>> = None;
     // Once the list is done: when the watch has lasted long enough to count as working.
     let mut proven_at: Option<Instant> = None;
@@ -549,10 +432,14 @@ async fn stream_once(
             Ok(Event::Init) => {
                 metrics.streams.fetch_add(1, Relaxed);
                 listed = Some(HashSet::new());
-                debug!(scope = %t.scope, "Listing the driver pods of namespace {ns}");
+                debug!(
+                    scope = %t.scope,
+                    "Listing the driver pods of scope {} ({})", t.scope, mode.as_str()
+                );
             }
             Ok(Event::InitApply(pod)) => {
-                forward(t, metrics, &pod, EventKind::Add, listed.as_mut())?;
+                let seen = Seen::Listed(listed.as_mut());
+                forward(t, metrics, &pod, EventKind::Add, seen)?;
             }
             Ok(Event::InitDone) => {
                 // A list proves nothing about the watch that follows it; but the scope sees its
@@ -573,38 +460,67 @@ async fn stream_once(
             }
             Ok(Event::Apply(pod)) => {
                 watch_works(t, metrics);
-                forward(t, metrics, &pod, EventKind::Update, None)?;
+                let seen = Seen::Watched { selected };
+                forward(t, metrics, &pod, EventKind::Update, seen)?;
             }
             Ok(Event::Delete(pod)) => {
                 watch_works(t, metrics);
-                forward(t, metrics, &pod, EventKind::Delete, None)?;
+                let seen = Seen::Watched { selected };
+                forward(t, metrics, &pod, EventKind::Delete, seen)?;
             }
             Err(e) => return Ok(e),
         }
     }
 }
 
+/// Where a pod event comes from.
+enum Seen<'a> {
+    /// A list (or a streaming list's initial events): its UIDs are noted.
+    Listed(Option<&'a mut HashSet<Uid>>),
+    /// The watch after its list; `selected`: it has a field selector ([`lists`]).
+    Watched { selected: bool },
+}
+
 /// Passes one pod event on as an observation (driver pods only); during a list, notes its UID.
+///
+/// With a field selector, a watch event is the pod's entry into the selection (ADDED) or a
+/// change inside it (MODIFIED, of a pod podsweep already knows): the pod was not terminated just
+/// before an entry, which the tracker counts as seen running then (`Command::Entered`). A DELETED
+/// event without a deletionTimestamp is the pod leaving the selection (phases past Running:
+/// it is Pending or Running again): it is observed as running, never as deleted.
 fn forward(
     t: &WatchTask,
     metrics: &WatchMetrics,
-    pod: &Pod,
+    pod: &WatchedPod,
     kind: EventKind,
-    listed: Option<&mut HashSet<Uid>>,
+    seen: Seen<'_>,
 ) -> Result<(), Gone> {
     metrics.events.fetch_add(1, Relaxed);
-    let Some(obs) = kyuubi_state::observation(pod, &t.state, kind) else {
+    let left = matches!(seen, Seen::Watched { selected: true })
+        && kind == EventKind::Delete
+        && pod.metadata.deletion_timestamp.is_none();
+    let kind = if left { EventKind::Update } else { kind };
+    let Some(mut obs) = pod.observation(&t.state, kind) else {
         return Ok(());
     };
     if !obs.is_kyuubi_driver() || crate::names::check_pod_name(&obs.pod_name).is_err() {
         return Ok(());
     }
-    if let Some(l) = listed {
+    if left {
+        obs.state = AppState::Running;
+        obs.annotations = None;
+    }
+    let entered = matches!(seen, Seen::Watched { selected: true })
+        && !left
+        && obs.state.is_terminated()
+        && !obs.is_cleaned();
+    if let Seen::Listed(Some(l)) = seen {
         l.insert(Uid::new(&obs.pod_uid));
     }
-    let cmd = match t.additive {
-        true => Command::Watched(obs),
-        false => Command::Observe(obs),
+    let cmd = match (t.additive, entered) {
+        (true, _) => Command::Watched(obs),
+        (false, true) => Command::Entered(obs),
+        (false, false) => Command::Observe(obs),
     };
     t.tx.send(cmd).map_err(|_| Gone)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use super::{spawn, ClientSource, WatchHandle, WatchMetrics, WatchTask};
+use super::{spawn, ClientSource, WatchHandle, WatchMetrics, WatchOptions, WatchTask};
 use crate::kyuubi_state::StateConfig;
 use crate::scope::Scope;
 use crate::sweeper::ScopeHandle;
@@ -20,25 +20,39 @@ pub struct Watches {
     healthy_after: Duration,
     /// Beside the JVM's informers: events are added, nothing is dropped (see `WatchTask`).
     additive: bool,
+    /// The field selector and the streaming lists (`watch.phaseSelector`,
+    /// `watch.streamingList`).
+    options: WatchOptions,
     handles: Mutex<HashMap<Scope, WatchHandle>>,
 }
 
 impl Watches {
-    pub fn new(source: ClientSource, state: StateConfig, healthy_after: Duration) -> Self {
+    pub fn new(
+        source: ClientSource,
+        state: StateConfig,
+        healthy_after: Duration,
+        options: WatchOptions,
+    ) -> Self {
         Watches {
             source,
             state,
             healthy_after,
             additive: false,
+            options,
             handles: Mutex::default(),
         }
     }
 
     /// The leaders' watches beside the JVM's informers ([`WatchTask::additive`]).
-    pub fn additive(source: ClientSource, state: StateConfig, healthy_after: Duration) -> Self {
+    pub fn additive(
+        source: ClientSource,
+        state: StateConfig,
+        healthy_after: Duration,
+        options: WatchOptions,
+    ) -> Self {
         Watches {
             additive: true,
-            ..Self::new(source, state, healthy_after)
+            ..Self::new(source, state, healthy_after, options)
         }
     }
 
@@ -55,6 +69,7 @@ impl Watches {
             health: h.metrics.clone(),
             healthy_after: self.healthy_after,
             additive: self.additive,
+            options: self.options,
         });
         let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = handles.insert(scope.clone(), handle) {

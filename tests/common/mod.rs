@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod cluster;
+pub mod daemon_proc;
 pub mod driver_pods;
 pub mod election;
 pub mod etcd;
@@ -9,6 +10,7 @@ pub mod kube_ops;
 pub mod manual;
 pub mod owned;
 pub mod pods_api;
+pub mod pods_fields;
 pub mod process;
 pub mod proxy;
 pub mod real_kube;

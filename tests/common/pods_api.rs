@@ -9,7 +9,11 @@
 //! listener of its own ([`PodsApi::listen`]) tags its requests too.
 //!
 //! Pods are kept as JSON; every change gets the next resourceVersion and an event that open
-//! watches of its namespace receive. Every DELETE of a single pod is recorded.
+//! watches of its namespace receive. Every DELETE of a single pod is recorded. Lists and watches
+//! take a label selector and a field selector on `status.phase` (`common::pods_fields`); a
+//! streaming list (`sendInitialEvents`) is refused (422), as by an API server without the
+//! WatchList feature, so a client lists instead. A removed pod's DELETED event carries a
+//! deletionTimestamp, as a real API server's does.
 
 #![allow(dead_code)]
 
@@ -53,6 +57,8 @@ struct Watcher {
     user_agent: String,
     namespace: String,
     selector: String,
+    /// Its field selector (`common::pods_fields`).
+    fields: String,
     tx: mpsc::UnboundedSender<Bytes>,
 }
 
@@ -80,6 +86,8 @@ struct Shared {
     delete_delay_ms: AtomicU64,
     lists: AtomicU64,
     watches: AtomicU64,
+    /// Streaming-list watch requests, refused (422) as without the WatchList feature.
+    streaming_refused: AtomicU64,
     next_uid: AtomicU64,
     /// Bearer token -> the tag its requests are recorded with.
     tokens: Mutex<HashMap<String, String>>,
@@ -322,6 +330,12 @@ impl PodsApi {
         self.shared.watches.load(Ordering::SeqCst)
     }
 
+    /// Streaming-list requests (`sendInitialEvents`), each refused as by an API server without
+    /// the WatchList feature (counted in [`PodsApi::watch_requests`] too).
+    pub fn streaming_refused(&self) -> u64 {
+        self.shared.streaming_refused.load(Ordering::SeqCst)
+    }
+
     pub fn list_requests(&self) -> u64 {
         self.shared.lists.load(Ordering::SeqCst)
     }
@@ -414,6 +428,11 @@ fn remove(st: &mut Store, ns: &str, name: &str) -> bool {
     };
     st.rv += 1;
     pod["metadata"]["resourceVersion"] = st.rv.to_string().into();
+    // As a real API server's last state of a deleted pod: its deletion was requested first.
+    if pod["metadata"]["deletionTimestamp"].is_null() {
+        pod["metadata"]["deletionTimestamp"] = jiff::Timestamp::now().to_string().into();
+        pod["metadata"]["deletionGracePeriodSeconds"] = 0.into();
+    }
     emit(st, ns, json!({"type": "DELETED", "object": pod}));
     true
 }
@@ -422,7 +441,10 @@ fn emit(st: &mut Store, ns: &str, event: Value) {
     let rv = st.rv;
     let line = line(&event);
     st.watchers.retain(|w| {
-        if w.namespace != ns || !matches(&w.selector, &event["object"]) || st.cut.contains(&w.via) {
+        if w.namespace != ns
+            || !passes(&w.selector, &w.fields, &event["object"])
+            || st.cut.contains(&w.via)
+        {
             return true;
         }
         w.tx.send(line.clone()).is_ok()
@@ -434,6 +456,12 @@ fn line(v: &Value) -> Bytes {
     let mut s = v.to_string();
     s.push('\n');
     Bytes::from(s)
+}
+
+/// The label and the field selector both match. Pods change only by creation and removal here,
+/// so a pod never enters or leaves a field selection while it exists.
+fn passes(selector: &str, fields: &str, pod: &Value) -> bool {
+    matches(selector, pod) && super::pods_fields::matches(fields, pod) == Ok(true)
 }
 
 /// `key` (exists) and `key=value` terms, comma-separated.
@@ -533,8 +561,28 @@ async fn handle(
     Ok(match (method, parts.as_slice()) {
         (Method::GET, ["api", "v1", "namespaces", ns, "pods"]) => {
             let selector = query.get("labelSelector").cloned().unwrap_or_default();
+            let fields = query.get("fieldSelector").cloned().unwrap_or_default();
+            if let Err(e) = super::pods_fields::matches(&fields, &json!({})) {
+                return Ok(full(
+                    StatusCode::BAD_REQUEST,
+                    &status(400, "BadRequest", &e),
+                ));
+            }
             if query.get("watch").map(String::as_str) == Some("true") {
                 s.watches.fetch_add(1, Ordering::SeqCst);
+                if query.contains_key("sendInitialEvents") {
+                    // As an API server without the WatchList feature answers a streaming list.
+                    s.streaming_refused.fetch_add(1, Ordering::SeqCst);
+                    return Ok(full(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        &status(
+                            422,
+                            "Invalid",
+                            "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for \
+                             watch unless the WatchList feature gate is enabled",
+                        ),
+                    ));
+                }
                 if s.watch_fail.load(Ordering::SeqCst) {
                     return Ok(full(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -544,7 +592,7 @@ async fn handle(
                 watch(
                     s,
                     ns,
-                    &selector,
+                    (&selector, &fields),
                     query.get("resourceVersion"),
                     user_agent,
                     via,
@@ -556,6 +604,7 @@ async fn handle(
                     .pods
                     .iter()
                     .filter(|((n, _), p)| n == ns && matches(&selector, p))
+                    .filter(|(_, p)| super::pods_fields::matches(&fields, p) == Ok(true))
                     .map(|(_, p)| p.clone())
                     .collect();
                 full(
@@ -659,7 +708,7 @@ async fn wait_while(changed: &tokio::sync::Notify, cond: impl Fn() -> bool) {
 fn watch(
     s: &Shared,
     ns: &str,
-    selector: &str,
+    (selector, fields): (&str, &str),
     from: Option<&String>,
     user_agent: String,
     via: &str,
@@ -678,7 +727,7 @@ fn watch(
             drop(tx);
         } else {
             for (rv, n, ev) in &st.history {
-                if *rv > from && n == ns && matches(selector, &ev["object"]) {
+                if *rv > from && n == ns && passes(selector, fields, &ev["object"]) {
                     let _ = tx.send(line(ev));
                 }
             }
@@ -687,6 +736,7 @@ fn watch(
                 user_agent,
                 namespace: ns.to_owned(),
                 selector: selector.to_owned(),
+                fields: fields.to_owned(),
                 tx,
             });
         }
