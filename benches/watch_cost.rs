@@ -12,7 +12,9 @@
 //!    (`common::driver_pods`: Spark 3.5's driver pod with Kyuubi's tag), 48 at a time, and their
 //!    status is written through the status subresource as a kubelet writes it: running, or Failed
 //!    two hours ago.
-//! 2. For each variant (`PODSWEEP_WATCH_COST_VARIANTS`, comma-separated; default: `default`): the
+//! 2. For each variant (`PODSWEEP_WATCH_COST_VARIANTS`, comma-separated; default: `default`;
+//!    `legacy`: `watch.phaseSelector` and `watch.streamingList` off; `no_selector`,
+//!    `no_streaming`: one of them off): the
 //!    API server is restarted (a fresh process, its watch cache filled from etcd), its peak RSS is
 //!    reset (`/proc/PID/clear_refs`), and the daemon (`podsweep --single-server`, this build's
 //!    binary) starts as the scope's leader, reaching the API server through a counting TCP proxy.
@@ -38,10 +40,9 @@
 #[allow(dead_code)]
 mod common;
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
+use common::daemon_proc::Daemon;
 use common::driver_pods;
 use common::kube_ops::rss;
 use common::proxy::Proxy;
@@ -50,7 +51,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// The daemon: this build's, or `PODSWEEP_WATCH_COST_BIN` (another build's, for a before/after).
 fn bin() -> String {
@@ -111,9 +111,17 @@ fn main() {
 
 /// The daemon's configuration overrides of each variant.
 fn variant_conf(name: &str) -> Option<Vec<(&'static str, &'static str)>> {
+    use podsweep::config::keys::{WATCH_PHASE_SELECTOR, WATCH_STREAMING_LIST};
     match name {
         // This build's defaults.
         "default" => Some(vec![]),
+        // Every driver pod, by a list (the pods are still decoded slim).
+        "legacy" => Some(vec![
+            (WATCH_PHASE_SELECTOR, "false"),
+            (WATCH_STREAMING_LIST, "false"),
+        ]),
+        "no_selector" => Some(vec![(WATCH_PHASE_SELECTOR, "false")]),
+        "no_streaming" => Some(vec![(WATCH_STREAMING_LIST, "false")]),
         _ => None,
     }
 }
@@ -209,7 +217,7 @@ async fn populate(kube: &RealKube, size: &Size) -> Result<(), String> {
     while let Some(r) = results.next().await {
         r?;
         done += 1;
-        if done % 5000 == 0 {
+        if done.is_multiple_of(5000) {
             eprintln!("[watch_cost] {done}/{total} pods");
         }
     }
@@ -331,12 +339,13 @@ async fn measure(
     let proxy = Proxy::start(&upstream).await;
 
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let mut daemon = Daemon::start(&dir.path().to_path_buf(), kube, token, &proxy, conf).await?;
+    let file = daemon_conf(kube, token, &proxy, conf);
+    let mut daemon = Daemon::start(&bin(), dir.path(), &file, LEADER).await?;
     let started = Instant::now();
     // The list: from the first list started to watching.
     let mut list_started: Option<Instant> = None;
     let listed = loop {
-        let st = daemon.status().await;
+        let st = daemon.status(NS).await;
         if list_started.is_none() && n(&st, "watch_streams") >= 1 {
             list_started = Some(Instant::now());
         }
@@ -369,7 +378,7 @@ async fn measure(
     );
 
     // The churn: pods that run and end, which the leader deletes.
-    let before = daemon.status().await;
+    let before = daemon.status(NS).await;
     let bytes_before = proxy.bytes_down();
     let rv = admin
         .list(&ListParams::default().limit(1))
@@ -409,7 +418,7 @@ async fn measure(
     let accepted0 = n(&before["outcomes"], "accepted");
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let st = daemon.status().await;
+        let st = daemon.status(NS).await;
         if n(&st["outcomes"], "accepted") >= accepted0 + size.churn as u64 {
             break;
         }
@@ -422,7 +431,7 @@ async fn measure(
     }
     // A last event, after every event of the churn: once the daemon has taken it, it has
     // taken them all.
-    let observed = n(&daemon.status().await, "observed");
+    let observed = n(&daemon.status(NS).await, "observed");
     let (sentinel, _) = driver_pods::names(0, FAILED_RUN);
     let patch = json!({"metadata": {"annotations": {"podsweep-bench/round": mark}}});
     admin
@@ -430,7 +439,7 @@ async fn measure(
         .await
         .map_err(|e| format!("sentinel: {e}"))?;
     let after = loop {
-        let st = daemon.status().await;
+        let st = daemon.status(NS).await;
         if n(&st, "observed") > observed {
             break st;
         }
@@ -499,119 +508,26 @@ fn loadavg() -> Option<f64> {
         .ok()
 }
 
-/// The daemon, as an operator runs it, alone (`--single-server`).
-struct Daemon {
-    child: tokio::process::Child,
-    url: String,
-    stderr: PathBuf,
-}
-
-impl Daemon {
-    async fn start(
-        dir: &PathBuf,
-        kube: &RealKube,
-        token: &str,
-        proxy: &Proxy,
-        conf: &[(&str, &str)],
-    ) -> Result<Daemon, String> {
-        use podsweep::config::keys;
-        let mut file = format!(
-            "{} NONE\n{}=ALL\n{}=PT5S\n{}=P1D\n{}=P365D\n\
-             kyuubi.kubernetes.master.address=https://{}\n\
-             kyuubi.kubernetes.authenticate.oauthToken={token}\n\
-             kyuubi.kubernetes.authenticate.caCertFile={}\n{}={NS}\n",
-            keys::CLEANUP_KIND,
-            keys::WATCH_KIND,
-            keys::RETAIN_PERIOD,
-            keys::FAILED_RETAIN_PERIOD,
-            keys::STEP_DOWN_AFTER,
-            proxy.addr,
-            kube.ca.display(),
-            keys::KUBE_NAMESPACE,
-        );
-        for (k, v) in conf {
-            file.push_str(&format!("{k}={v}\n"));
-        }
-        let path = dir.join("kyuubi-defaults.conf");
-        std::fs::write(&path, file).map_err(|e| e.to_string())?;
-        let stderr = dir.join("stderr.log");
-        let mut child = tokio::process::Command::new(bin())
-            .arg("--config")
-            .arg(&path)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--server-id",
-                LEADER,
-                "--single-server",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).map_err(|e| e.to_string())?)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("{}: {e}", bin()))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-            .await
-            .map_err(|_| "no listening line within 30 s".to_owned())?
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| {
-                format!(
-                    "the daemon ended: {}",
-                    std::fs::read_to_string(&stderr).unwrap_or_default()
-                )
-            })?;
-        let url = line
-            .strip_prefix("podsweep listening on ")
-            .ok_or_else(|| format!("unexpected first line {line:?}"))?
-            .to_owned();
-        Ok(Daemon { child, url, stderr })
+/// The daemon's configuration: cleanup kind ALL in self-watch mode, retain PT5S, Failed pods
+/// P1D, through the proxy with the leader's token; `conf` added.
+fn daemon_conf(kube: &RealKube, token: &str, proxy: &Proxy, conf: &[(&str, &str)]) -> String {
+    use podsweep::config::keys;
+    let mut file = format!(
+        "{} NONE\n{}=ALL\n{}=PT5S\n{}=P1D\n{}=P365D\n\
+         kyuubi.kubernetes.master.address=https://{}\n\
+         kyuubi.kubernetes.authenticate.oauthToken={token}\n\
+         kyuubi.kubernetes.authenticate.caCertFile={}\n{}={NS}\n",
+        keys::CLEANUP_KIND,
+        keys::WATCH_KIND,
+        keys::RETAIN_PERIOD,
+        keys::FAILED_RETAIN_PERIOD,
+        keys::STEP_DOWN_AFTER,
+        proxy.addr,
+        kube.ca.display(),
+        keys::KUBE_NAMESPACE,
+    );
+    for (k, v) in conf {
+        file.push_str(&format!("{k}={v}\n"));
     }
-
-    fn pid(&self) -> u32 {
-        self.child.id().unwrap_or(0)
-    }
-
-    fn exited(&mut self) -> Option<String> {
-        self.child.try_wait().ok().flatten().map(|s| s.to_string())
-    }
-
-    fn stderr_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    /// The status of the scope of namespace [`NS`] (`null` while the daemon does not answer).
-    async fn status(&self) -> Value {
-        let Some(host) = self.url.strip_prefix("http://") else {
-            return Value::Null;
-        };
-        let Ok(mut s) = tokio::net::TcpStream::connect(host).await else {
-            return Value::Null;
-        };
-        let req = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        if s.write_all(req.as_bytes()).await.is_err() {
-            return Value::Null;
-        }
-        let mut reply = String::new();
-        if s.read_to_string(&mut reply).await.is_err() {
-            return Value::Null;
-        }
-        let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        serde_json::from_str::<Value>(body)
-            .ok()
-            .and_then(|v| v.as_array()?.iter().find(|s| s["namespace"] == NS).cloned())
-            .unwrap_or(Value::Null)
-    }
-
-    /// SIGTERM, then the exit (closing the engine deletes nothing).
-    async fn stop(mut self) {
-        if let Some(pid) = self.child.id() {
-            common::process::signal(pid, "TERM");
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
-    }
+    file
 }
