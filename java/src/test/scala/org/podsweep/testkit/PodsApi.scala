@@ -70,6 +70,12 @@ object ApiFault {
  * `NotFound`, both with a real server's messages and `details`. With `realDeletes = false` every
  * DELETE removes the pod at once, as the fabric8 CRUD mock does.
  *
+ * Lists and watches take a label selector and a field selector on `status.phase` (`=`, `!=`), as
+ * a real server applies it: a pod entering the selection is sent as ADDED, one leaving it as
+ * DELETED with its last state inside. A streaming list (`sendInitialEvents`) is refused with 422,
+ * as by a server without the WatchList feature, so a client lists instead. A pod removed carries
+ * a `deletionTimestamp` in its DELETED event, as a real server's last state of it does.
+ *
  * Faults: [[onRequest]] decides, per request, an [[ApiFault]] (answers such as 429 with
  * `Retry-After`, 5xx, 401, 403; a reset connection; a slow answer); [[dropWatches]] ends every
  * open watch stream.
@@ -208,6 +214,10 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
           // No WebSocket here: a plain 200 makes fabric8 fall back to an HTTP watch.
           record(200, fault)
           reply(ex, 200, "")
+        case ("GET", None, None) if isWatch && query.contains("sendInitialEvents") =>
+          record(422, fault)
+          reply(ex, 422, status(422, "Invalid", "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for " +
+            "watch unless the WatchList feature gate is enabled"))
         case ("GET", None, None) if isWatch =>
           record(200, fault)
           keepOpen = true
@@ -273,32 +283,48 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
 
   /** Stores the pod at the next resourceVersion and tells the watchers (lock held). */
   private def store(ns: String, pod: Pod, kind: String): Pod = {
+    val old = pods.get((ns, pod.getMetadata.getName))
     rv += 1
     pod.getMetadata.setResourceVersion(rv.toString)
     pods((ns, pod.getMetadata.getName)) = pod
-    emit(kind, ns, pod)
+    emit(kind, ns, pod, old)
     pod
   }
 
-  /** Removes the pod for good and tells the watchers (lock held). */
+  /**
+   * Removes the pod for good and tells the watchers (lock held). Its last state carries a
+   * `deletionTimestamp`, as a real server's does (it sets one before it removes the pod).
+   */
   private def remove(ns: String, name: String): Option[Pod] = pods.remove((ns, name)).map { old =>
     rv += 1
     val gone = serde.clone(old)
     gone.getMetadata.setResourceVersion(rv.toString)
-    emit("DELETED", ns, gone)
+    if (gone.getMetadata.getDeletionTimestamp == null) {
+      gone.getMetadata.setDeletionTimestamp(Instant.now().toString)
+      gone.getMetadata.setDeletionGracePeriodSeconds(0L)
+    }
+    emit("DELETED", ns, gone, Some(gone))
     gone
   }
 
-  private def emit(kind: String, ns: String, pod: Pod): Unit = {
-    val e = Event(rv, ns, labels(pod), s"""{"type":"$kind","object":${serde.asJson(pod)}}""")
+  private def emit(kind: String, ns: String, pod: Pod, old: Option[Pod]): Unit = {
+    val before = old.map { o =>
+      val at = serde.clone(o)
+      at.getMetadata.setResourceVersion(rv.toString)
+      (phaseOf(o), serde.asJson(at))
+    }
+    val e = Event(rv, ns, labels(pod), kind, phaseOf(pod), serde.asJson(pod), before)
     history += e
-    watchers.foreach(w => if (w.wants(e)) w.queue.add(e.json))
+    watchers.foreach(w => w.render(e).foreach(w.queue.add))
   }
 
   private def list(ns: String, query: Map[String, String]): String = {
     val selector = PodsApi.selector(query.get("labelSelector"))
     val (items, at) = lock.synchronized {
-      (pods.iterator.collect { case ((n, _), p) if n == ns && matches(selector, labels(p)) => p }.toVector, rv)
+      val fields = PodsApi.fields(query.get("fieldSelector"))
+      (pods.iterator.collect {
+        case ((n, _), p) if n == ns && matches(selector, labels(p)) && phaseMatches(fields, phaseOf(p)) => p
+      }.toVector, rv)
     }
     // Written by hand: fabric8's serializer leaves out an empty `items`, which a real server always
     // sends (and kube-rs requires).
@@ -381,12 +407,12 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
     val from = query.get("resourceVersion").filter(_.nonEmpty).map(_.toLong).getOrElse(0L)
     val until = query.get("timeoutSeconds").filter(_.nonEmpty).map(s => System.currentTimeMillis() + s.toLong * 1000)
       .getOrElse(Long.MaxValue)
-    val w = new Watcher(ns, PodsApi.selector(query.get("labelSelector")), agent)
+    val w = new Watcher(ns, PodsApi.selector(query.get("labelSelector")), PodsApi.fields(query.get("fieldSelector")), agent)
     val (replay, expired) = lock.synchronized {
       if (from != 0 && from < compactedRv) (Vector.empty, true)
       else {
         watchers += w
-        (history.iterator.filter(e => e.rv > from && w.wants(e)).map(_.json).toVector, false)
+        (history.iterator.filter(_.rv > from).flatMap(w.render).toVector, false)
       }
     }
     try {
@@ -441,15 +467,64 @@ object PodsApi {
   private val PodsPath = "^/api/v1/namespaces/([^/]+)/pods(?:/([^/]+))?(?:/([^/]+))?$".r
   private val RootCaPath = "^/api/v1/namespaces/([^/]+)/configmaps/kube-root-ca\\.crt$".r
 
-  /** A watch event at resourceVersion `rv`, already encoded as one line of a watch stream. */
-  private final case class Event(rv: Long, namespace: String, labels: Map[String, String], json: String)
+  /**
+   * A change at resourceVersion `rv`: its kind, the pod's phase and JSON, and for a change of a
+   * pod that existed (or a removal) its phase and JSON before, at `rv`.
+   */
+  private final case class Event(
+      rv: Long,
+      namespace: String,
+      labels: Map[String, String],
+      kind: String,
+      phase: String,
+      json: String,
+      before: Option[(String, String)])
 
-  /** One open watch: its filter and the events waiting to be written. */
-  private final class Watcher(val namespace: String, val selector: Map[String, Option[String]], val userAgent: String) {
+  private def line(kind: String, json: String): String = s"""{"type":"$kind","object":$json}"""
+
+  /** One open watch: its filters and the events waiting to be written. */
+  private final class Watcher(
+      val namespace: String,
+      val selector: Map[String, Option[String]],
+      val fields: Seq[(String, Boolean)],
+      val userAgent: String) {
     val queue = new LinkedBlockingQueue[String]()
     @volatile var dropped = false
-    def wants(e: Event): Boolean = e.namespace == namespace && matches(selector, e.labels)
+
+    /** The line this watch gets for `e`, if any: a pod entering the field selection is ADDED, one leaving it DELETED. */
+    def render(e: Event): Option[String] =
+      if (e.namespace != namespace || !matches(selector, e.labels)) None
+      else if (e.kind == "DELETED") Some(line("DELETED", e.json)).filter(_ => phaseMatches(fields, e.phase))
+      else {
+        val now = phaseMatches(fields, e.phase)
+        val was = e.before.exists(b => phaseMatches(fields, b._1))
+        (now, was) match {
+          case (true, true) => Some(line(e.kind, e.json))
+          case (true, false) => Some(line("ADDED", e.json))
+          case (false, true) => e.before.map(b => line("DELETED", b._2))
+          case _ => None
+        }
+      }
   }
+
+  private def phaseOf(p: Pod): String = Option(p.getStatus).flatMap(s => Option(s.getPhase)).getOrElse("")
+
+  /** `status.phase=X` and `status.phase!=X` terms, comma-separated (all must hold): (value, equal). */
+  def fields(s: Option[String]): Seq[(String, Boolean)] =
+    s.toSeq.flatMap(_.split(",")).map(_.trim).filter(_.nonEmpty).map { t =>
+      val (key, value, equal) = t.indexOf("!=") match {
+        case i if i >= 0 => (t.take(i), t.drop(i + 2), false)
+        case _ =>
+          val i = t.indexOf('=')
+          require(i > 0, s"bad field selector term $t")
+          (t.take(i), t.drop(i + 1).stripPrefix("="), true)
+      }
+      require(key == "status.phase", s"field label not supported here: $key")
+      (value, equal)
+    }
+
+  def phaseMatches(fields: Seq[(String, Boolean)], phase: String): Boolean =
+    fields.forall { case (v, equal) => (phase == v) == equal }
 
   /**
    * TCP_NODELAY on accepted sockets. Without it the JDK server sends a response's headers and
