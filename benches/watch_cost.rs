@@ -22,8 +22,9 @@
 //!    deleted during the list.
 //!    * **list**: from the daemon's first list (its status `watch_streams` 1) to `watching`: the
 //!      time, the objects it received (`watch_events`), the bytes it received (the proxy, TLS
-//!      included), its RSS then and its peak; the API server's RSS before and its peak during the
-//!      list (`VmHWM` after the reset).
+//!      included), its RSS then and its peak; the bytes the API server allocated meanwhile (its
+//!      `go_memstats_alloc_bytes_total`), its RSS before and its peak during the list (`VmHWM`
+//!      after the reset: a Go heap with room left from the cache's own list grows little).
 //!    * **churn**: 1,000 new driver pods, 16 at a time, each created, then (status) creating,
 //!      running, Succeeded; the daemon deletes each after 5 s. Done when it has deleted them all
 //!      and has taken a last event sent after them (an annotation on a Failed pod, which every
@@ -34,7 +35,8 @@
 //!      included).
 //!
 //! The daemon's `/status` is read every 20 ms; the list time is good to that. The daemon is this
-//! build's `podsweep`, or the binary `PODSWEEP_WATCH_COST_BIN` names.
+//! build's `podsweep`, or the binary `PODSWEEP_WATCH_COST_BIN` names (its commit then given by
+//! `PODSWEEP_WATCH_COST_DAEMON_COMMIT`, the line's `daemon_commit`).
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
@@ -184,6 +186,9 @@ async fn measure_all(
         line["terminated"] = size.terminated.into();
         line["churn_pods"] = size.churn.into();
         line["populate_s"] = round2(populate_s).into();
+        line["daemon_commit"] = std::env::var("PODSWEEP_WATCH_COST_DAEMON_COMMIT")
+            .unwrap_or_else(|_| podsweep::build_info::COMMIT.to_owned())
+            .into();
         line["loadavg_1m"] = loadavg().into();
         common::bench::line("watch_cost", line);
     }
@@ -337,6 +342,7 @@ async fn measure(
         .map_err(|e| format!("cannot reset the API server's peak RSS: {e}"))?;
     let upstream = kube.server.trim_start_matches("https://").to_owned();
     let proxy = Proxy::start(&upstream).await;
+    let alloc0 = allocated(kube).await;
 
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let file = daemon_conf(kube, token, &proxy, conf);
@@ -369,6 +375,7 @@ async fn measure(
     // The API server is done with the list once the daemon has it all; a second for its tail.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (_, api_peak) = rss(api_pid).unwrap_or_default();
+    let api_alloc = allocated(kube).await - alloc0;
     let list_ms = list_started.map_or(0, |t| listed_at.duration_since(t).as_millis() as u64);
     eprintln!(
         "[watch_cost] listed {} objects in {list_ms} ms, {} MB received; leader RSS {} MB",
@@ -471,6 +478,7 @@ async fn measure(
             "apiserver_rss_base_mb": mb(api_base),
             "apiserver_peak_rss_mb": mb(api_peak),
             "apiserver_peak_rss_delta_mb": mb(api_peak.saturating_sub(api_base)),
+            "apiserver_allocated_mb": round2(api_alloc / 1_048_576.0),
             "tracked": n(&listed, "tracked"),
         },
         "churn": {
@@ -485,6 +493,15 @@ async fn measure(
         "leader_rss_end_mb": mb(leader_rss_end),
         "leader_peak_rss_end_mb": mb(leader_peak_end),
     }))
+}
+
+/// The bytes the API server's Go runtime has allocated so far (`go_memstats_alloc_bytes_total`).
+async fn allocated(kube: &RealKube) -> f64 {
+    common::kube_ops::metric_sum(
+        &kube.metrics_text().await,
+        "go_memstats_alloc_bytes_total",
+        &[],
+    )
 }
 
 fn n(v: &Value, key: &str) -> u64 {
