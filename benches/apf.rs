@@ -13,6 +13,7 @@
 //!    beside the neighbour's.
 //! 3. `PODS` terminated driver pods, overdue; the neighbour floods alone for `IDLE` (its idle
 //!    figures), then podsweep (one self-watching engine, its default pace) drains them.
+//!
 //! Measured: the drain rate (accepted DELETEs over first to last, from the audit log), podsweep's
 //! 429s, the neighbour's p50 / p99 and rate alone and during the drain, the API server's
 //! `apiserver_flowcontrol_*` figures of podsweep's level over the drain (seats, dispatched,
