@@ -75,6 +75,34 @@ impl RealKube {
         })
     }
 
+    /// A fresh API server of its own (a bench run's), stopped by [`RealKube::stop`] or with the
+    /// process.
+    pub fn fresh(prefix: &str) -> RealKube {
+        Self::up(prefix, &[])
+    }
+
+    /// Stops what [`RealKube::fresh`] started (`scripts/kube down`, each process by its PID) and
+    /// removes its directory.
+    pub fn stop(&self) {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let _ = Command::new(repo.join("scripts/kube"))
+            .arg("down")
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// The kube-apiserver's CPU time so far (user + system, from `/proc/<pid>/stat`), in seconds.
+    pub fn apiserver_cpu_s(&self) -> Option<f64> {
+        let pid = std::fs::read_to_string(self.dir.join("kube-apiserver.pid")).ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()?;
+        // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th.
+        let rest = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    }
+
     fn up(prefix: &str, extra: &[&str]) -> RealKube {
         // The directories of earlier test processes that have ended (their servers stopped with
         // them): each holds an etcd data directory and an audit log.
