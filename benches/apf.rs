@@ -25,13 +25,10 @@
 #[allow(dead_code)]
 mod common;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::apf::{self, FlowMetrics, Neighbour};
 use common::real_kube::RealKube;
-use podsweep::config::{keys, Settings};
-use podsweep::engine::Engine;
 use podsweep::scope::Scope;
 use serde_json::{json, Value};
 
@@ -138,23 +135,7 @@ async fn run(i: usize, with: bool, pods: usize, idle: Duration) -> Value {
     let before = FlowMetrics::read(&admin).await;
     let cpu_before = k.apiserver_cpu_s();
     progress(&format!("apf run {i} ({label}): podsweep drains"));
-    let conf: HashMap<String, String> = [
-        (keys::WATCH_ENABLED, "true"),
-        (keys::HA_SINGLE_SERVER, "true"),
-        (keys::WATCH_KIND, "ALL"),
-        (keys::KUBE_NAMESPACE, NS),
-        (keys::RETAIN_PERIOD, "PT1S"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .chain(k.client_conf(&token))
-    .collect();
-    let e = Engine::new(
-        Settings::from_map(conf).expect("settings"),
-        "apf-bench",
-        tokio::runtime::Handle::current(),
-    )
-    .expect("engine");
+    let e = apf::self_watch_engine(&k, &token, NS, "apf-bench");
     let deadline = Instant::now() + Duration::from_secs(600);
     let user = RealKube::user_of(ACCOUNT);
     let mut deletes = Vec::new();

@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use common::apf::{self, FlowMetrics, Neighbour};
 use common::real_kube::{eventually, RealKube};
-use podsweep::config::{keys, Settings};
-use podsweep::engine::Engine;
 use podsweep::scope::Scope;
 use serde_json::{json, Value};
 
@@ -95,23 +93,7 @@ async fn the_charts_flow_schema_queues_podsweep_apart_and_podsweep_honours_retry
     let before = FlowMetrics::read(&admin).await;
     let flood = Neighbour::start(k, &neighbour_token, NEIGHBOUR_NS, "probe", 4).await;
     let drain_start = Instant::now();
-    let conf = [
-        (keys::WATCH_ENABLED, "true"),
-        (keys::HA_SINGLE_SERVER, "true"),
-        (keys::WATCH_KIND, "ALL"),
-        (keys::KUBE_NAMESPACE, NS),
-        (keys::RETAIN_PERIOD, "PT1S"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .chain(k.client_conf(&token))
-    .collect();
-    let e = Engine::new(
-        Settings::from_map(conf).expect("settings"),
-        "apf-0",
-        tokio::runtime::Handle::current(),
-    )
-    .expect("engine");
+    let e = apf::self_watch_engine(k, &token, NS, "apf-0");
     let drained = eventually(Duration::from_secs(20), || {
         apf::timed_deletes(k, NS)
             .iter()

@@ -333,3 +333,32 @@ pub fn sent_during_retry_after(
     }
     hot
 }
+
+/// A single-server engine that watches namespace `ns` itself and deletes its terminated driver pods
+/// one second after they end, as the ServiceAccount whose token is `token`: the drainer of the APF
+/// test and bench.
+pub fn self_watch_engine(
+    k: &RealKube,
+    token: &str,
+    ns: &str,
+    id: &str,
+) -> podsweep::engine::Engine {
+    use podsweep::config::{keys, Settings};
+    let conf: std::collections::HashMap<String, String> = [
+        (keys::WATCH_ENABLED, "true"),
+        (keys::HA_SINGLE_SERVER, "true"),
+        (keys::WATCH_KIND, "ALL"),
+        (keys::KUBE_NAMESPACE, ns),
+        (keys::RETAIN_PERIOD, "PT1S"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .chain(k.client_conf(token))
+    .collect();
+    podsweep::engine::Engine::new(
+        Settings::from_map(conf).expect("settings"),
+        id,
+        tokio::runtime::Handle::current(),
+    )
+    .expect("engine")
+}
