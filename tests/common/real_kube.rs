@@ -104,15 +104,20 @@ impl RealKube {
     }
 
     fn up(prefix: &str, extra: &[&str]) -> RealKube {
-        // The directories of earlier test processes that have ended (their servers stopped with
-        // them): each holds an etcd data directory and an audit log.
+        // The directories of earlier test processes that have ended: each holds an etcd data
+        // directory and an audit log. Not while a process it names still runs: the watchdog of
+        // `scripts/kube up --owner-pid` reads the servers' PID files there up to a second after
+        // its owner ended (removed before, an API server outlived its test process).
         if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let Some(pid) = name.strip_prefix(prefix) else {
                     continue;
                 };
-                if pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists() {
+                if pid.parse::<u32>().is_ok()
+                    && !PathBuf::from(format!("/proc/{pid}")).exists()
+                    && !runs_a_process(&e.path())
+                {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
             }
@@ -572,4 +577,18 @@ pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     f()
+}
+
+/// Whether a `*.pid` file of `dir` (what `scripts/kube up` started there) names a running process.
+fn runs_a_process(dir: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name().to_string_lossy().ends_with(".pid")
+            && std::fs::read_to_string(e.path()).is_ok_and(|pid| {
+                let pid = pid.trim();
+                !pid.is_empty() && PathBuf::from(format!("/proc/{pid}")).exists()
+            })
+    })
 }
