@@ -18,7 +18,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -77,11 +77,31 @@ fn round1(x: f64) -> f64 {
 // coordination_traffic
 
 /// A TCP listener standing in for the Kubernetes API server address: counts every connection and
-/// every HTTP request line it receives, and answers none.
+/// every HTTP request line it receives, and answers only what a scope must read before it
+/// campaigns: its namespace's `kube-root-ca.crt` (the cluster's identity in the election key, as
+/// a real cluster's root CA publisher leaves it). Without that answer no scope would campaign and
+/// the steady state measured would be a leaderless one.
 struct ApiCounter {
     url: String,
     connections: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
+}
+
+/// The answer to `GET /api/v1/namespaces/<ns>/configmaps/kube-root-ca.crt`, or None for any other
+/// request line.
+fn root_ca_answer(request_line: &str) -> Option<String> {
+    let path = request_line.strip_prefix("GET ")?.split(' ').next()?;
+    let ns = path
+        .strip_prefix("/api/v1/namespaces/")?
+        .strip_suffix("/configmaps/kube-root-ca.crt")?;
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kube-root-ca.crt", "namespace": ns, "uid": format!("root-ca-of-{ns}")},
+        "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\nbench CA\n-----END CERTIFICATE-----\n"}})
+    .to_string();
+    Some(format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    ))
 }
 
 impl ApiCounter {
@@ -97,9 +117,21 @@ impl ApiCounter {
                 let r = r.clone();
                 std::thread::spawn(move || {
                     let methods = ["GET ", "POST ", "PUT ", "PATCH ", "DELETE ", "HEAD "];
+                    let Ok(mut writer) = stream.try_clone() else {
+                        return;
+                    };
+                    let mut answer: Option<String> = None;
                     for line in BufReader::new(stream).lines().map_while(Result::ok) {
                         if methods.iter().any(|m| line.starts_with(m)) {
                             r.fetch_add(1, Ordering::Relaxed);
+                            answer = root_ca_answer(&line);
+                        } else if line.is_empty() {
+                            // The end of a request's headers (the GETs answered carry no body).
+                            if let Some(a) = answer.take() {
+                                if writer.write_all(a.as_bytes()).is_err() {
+                                    return;
+                                }
+                            }
                         }
                     }
                 });
@@ -132,6 +164,14 @@ struct Fleet {
     timeouts: serde_json::Value,
     requests: Box<dyn Fn() -> Option<u64> + Send + Sync>,
     engines: Vec<Engine>,
+}
+
+fn one_leader_each_scope(f: &Fleet, s: &Scope) -> bool {
+    f.engines
+        .iter()
+        .filter(|e| e.leadership(s) == Some(Leadership::Leading))
+        .count()
+        == 1
 }
 
 async fn coordination_traffic(smoke: bool) {
@@ -207,19 +247,29 @@ async fn coordination_traffic(smoke: bool) {
         }
     }
     let t0 = Instant::now();
-    let one_leader_each = |f: &Fleet| {
-        scopes.iter().all(|s| {
-            f.engines
-                .iter()
-                .filter(|e| e.leadership(s) == Some(Leadership::Leading))
-                .count()
-                == 1
-        })
-    };
+    let one_leader_each = |f: &Fleet| scopes.iter().all(|s| one_leader_each_scope(f, s));
     while !fleets.iter().all(one_leader_each) && t0.elapsed() < Duration::from_secs(60) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elected_in = t0.elapsed();
+    // The steady state measured is one with a leader per scope: without it the figures would be
+    // those of a fleet that never campaigns, so the bench fails instead, saying why.
+    if !fleets.iter().all(one_leader_each) {
+        for f in &fleets {
+            for s in &scopes {
+                if !one_leader_each_scope(f, s) {
+                    eprintln!(
+                        "coordination_traffic: {} scope {s} has no single leader after {:.0} s: {}",
+                        f.backend,
+                        elected_in.as_secs_f64(),
+                        f.engines[0].status_json(s)
+                    );
+                    break;
+                }
+            }
+        }
+        std::process::exit(1);
+    }
     progress(&format!(
         "coordination_traffic: {SERVERS} servers x {SCOPES} scopes on ZooKeeper and etcd, elected in {:.1} s; measuring {} s",
         elected_in.as_secs_f64(),

@@ -11,8 +11,14 @@
 //!   election keys) whose data is that server's identity; `sessions_each` lists all three;
 //! - `coordination_per_minute`: packets received by ZooKeeper (`srvr`) or gRPC messages received
 //!   by etcd (`/metrics`) per minute, all servers together, in steady state, and per server;
+//! - `zk_packets_per_minute_by_session` (ZooKeeper): the same per session (`cons`), highest
+//!   first: sessions holding a won seat send heartbeats, the others only the client's pings;
+//!   `leading_servers`: how many servers led a scope meanwhile;
 //! - `failover_all_scopes_ms`: the process leading the most scopes is killed (SIGKILL) until
 //!   every scope it led has a leader again.
+//!
+//! `PODSWEEP_FLEET_SCOPES` and `PODSWEEP_FLEET_WINDOW_S` change the number of scopes and the
+//! measured window (seconds).
 //!
 //! ZooKeeper runs with `maxClientCnxns=0`: its default (60 connections per client address) would
 //! refuse most of the sessions of a client that opens one per scope, and every process here
@@ -215,6 +221,14 @@ impl Coordinator {
         }
     }
 
+    /// Packets ZooKeeper received from each session so far (`cons`); empty for etcd.
+    fn received_by_session(&self) -> std::collections::BTreeMap<String, u64> {
+        match self {
+            Coordinator::ZooKeeper(zk) => common::bench::zk_received_by_session(zk.port()),
+            Coordinator::Etcd(_) => Default::default(),
+        }
+    }
+
     /// ZooKeeper's `zk_num_alive_connections` (`mntr`); `None` for etcd.
     fn zk_alive_connections(&self) -> Option<u64> {
         match self {
@@ -239,8 +253,10 @@ fn leaders_per_scope(fleet: &Fleet, scopes: usize) -> Vec<usize> {
 }
 
 fn fleet_scale(rt: &tokio::runtime::Runtime, backend: &'static str, smoke: bool) {
-    let scopes = if smoke { 10 } else { 200 };
-    let window = Duration::from_secs(if smoke { 10 } else { 120 });
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let scopes = env("PODSWEEP_FLEET_SCOPES").map_or(if smoke { 10 } else { 200 }, |n| n as usize);
+    let window =
+        Duration::from_secs(env("PODSWEEP_FLEET_WINDOW_S").unwrap_or(if smoke { 10 } else { 120 }));
     let server = Coordinator::start(backend);
     progress(&format!(
         "fleet_scale ({backend}): {SERVERS} server processes x {scopes} scopes"
@@ -274,10 +290,21 @@ fn fleet_scale(rt: &tokio::runtime::Runtime, backend: &'static str, smoke: bool)
         window.as_secs()
     ));
     std::thread::sleep(Duration::from_secs(2));
+    let by_session_before = server.received_by_session();
     let before = server.messages();
     std::thread::sleep(window);
     let after = server.messages();
+    let by_session_after = server.received_by_session();
     let minutes = window.as_secs_f64() / 60.0;
+    // Per session (ZooKeeper): the leaders' sessions send heartbeats, the others pings alone.
+    let mut per_session: Vec<f64> = by_session_after
+        .iter()
+        .filter_map(|(sid, a)| {
+            let b = by_session_before.get(sid)?;
+            Some(((a - b) as f64 / minutes * 10.0).round() / 10.0)
+        })
+        .collect();
+    per_session.sort_by(|a, b| b.total_cmp(a));
     let coordination_per_minute = match (before, after) {
         (Some(b), Some(a)) => Some(((a - b) as f64 / minutes).round() as u64),
         _ => None,
@@ -315,6 +342,8 @@ fn fleet_scale(rt: &tokio::runtime::Runtime, backend: &'static str, smoke: bool)
         "coordination_per_minute_per_server": coordination_per_minute
             .map(|n| (n as f64 / SERVERS as f64 * 10.0).round() / 10.0),
         "coordination_counted_as": if backend == "zookeeper" { "packets received by ZooKeeper (srvr), all servers" } else { "gRPC messages received by etcd (/metrics), all servers" },
+        "zk_packets_per_minute_by_session": if backend == "zookeeper" { json!(per_session) } else { serde_json::Value::Null },
+        "leading_servers": leading.iter().filter(|l| !l.is_empty()).count(),
         "window_s": window.as_secs(),
         "all_led_ms": all_led_ms,
         "one_leader_per_scope": one_leader_per_scope,

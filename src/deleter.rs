@@ -4,7 +4,9 @@
 //! * Every DELETE names the pod and carries `preconditions.uid`, so a re-created pod with the same
 //!   name is never deleted (the API server answers 409 instead).
 //! * Every result falls in exactly one [`OutcomeClass`]; status code, reason, message and any
-//!   `Retry-After` are kept for logs and retries.
+//!   `Retry-After` are kept for logs and retries, and so is which API Priority and Fairness level
+//!   and flow schema classified the request (the `X-Kubernetes-PF-*` headers) when the API
+//!   server says it.
 //! * kube-rs's own retry layer is turned off for the client used here (see `kube_client`), so a
 //!   429 or 503 reaches the classifier instead of being hidden behind retries.
 
@@ -88,6 +90,41 @@ pub struct Outcome {
     pub message: String,
     /// From the `Retry-After` header, or `Status.details.retryAfterSeconds`.
     pub retry_after: Option<Duration>,
+    /// The API Priority and Fairness level and flow schema that classified the request, from the
+    /// answer's headers (absent without an answer, or from an API server without APF).
+    pub flow: Option<Flow>,
+}
+
+/// Which API Priority and Fairness priority level and flow schema classified a request: the UIDs
+/// the API server names in `X-Kubernetes-PF-PriorityLevel-UID` and
+/// `X-Kubernetes-PF-FlowSchema-UID`, on the requests it served and on those it rejected (429) alike.
+/// `kubectl get prioritylevelconfigurations,flowschemas -o custom-columns=NAME:.metadata.name,UID:.metadata.uid`
+/// names them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Flow {
+    pub priority_level_uid: String,
+    pub flow_schema_uid: String,
+}
+
+/// The response header naming the priority level that classified a request.
+pub const PRIORITY_LEVEL_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
+/// The response header naming the flow schema that classified a request.
+pub const FLOW_SCHEMA_HEADER: &str = "x-kubernetes-pf-flowschema-uid";
+
+/// The APF headers of an answer, if it has them (values longer than a UID are cut to 64 bytes).
+pub fn flow_of(headers: &HeaderMap) -> Option<Flow> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().chars().take(64).collect::<String>())
+            .filter(|v| !v.is_empty())
+    };
+    let priority_level_uid = get(PRIORITY_LEVEL_HEADER)?;
+    Some(Flow {
+        priority_level_uid,
+        flow_schema_uid: get(FLOW_SCHEMA_HEADER).unwrap_or_default(),
+    })
 }
 
 impl fmt::Display for Outcome {
@@ -107,6 +144,13 @@ impl fmt::Display for Outcome {
         }
         if let Some(ra) = self.retry_after {
             write!(f, "; retry after {}s", ra.as_secs_f64())?;
+        }
+        if let Some(flow) = self.flow.as_ref().filter(|_| !self.class.is_done()) {
+            write!(
+                f,
+                "; API Priority and Fairness level {} (flow schema {})",
+                flow.priority_level_uid, flow.flow_schema_uid
+            )?;
         }
         Ok(())
     }
@@ -322,6 +366,7 @@ impl PodDeleter for KubeDeleter {
                         reason: "BadRequest".into(),
                         message: format!("cannot build the DELETE request: {e}"),
                         retry_after: None,
+                        flow: None,
                     }
                 }
             };
@@ -338,6 +383,7 @@ impl PodDeleter for KubeDeleter {
                                 reason: "BodyRead".into(),
                                 message: e.to_string(),
                                 retry_after: None,
+                                flow: flow_of(&parts.headers),
                             }
                         }
                     };
@@ -376,6 +422,7 @@ pub fn classify_transport(e: &kube::Error) -> Outcome {
         reason: reason.into(),
         message: error_chain(e),
         retry_after: None,
+        flow: None,
     }
 }
 
@@ -442,6 +489,7 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -
         reason,
         message,
         retry_after,
+        flow: flow_of(headers),
     }
 }
 
@@ -568,6 +616,36 @@ mod tests {
         .unwrap();
         let out = classify_response(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), &body);
         assert_eq!(out.retry_after, Some(MAX_RETRY_AFTER));
+    }
+
+    /// Issue 35 §2: the API server's `X-Kubernetes-PF-*` headers say which priority level and
+    /// flow schema classified the request; a failure's text names them.
+    #[test]
+    fn apf_headers_name_the_priority_level() {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::RETRY_AFTER, "1".parse().unwrap());
+        h.insert(PRIORITY_LEVEL_HEADER, "pl-uid".parse().unwrap());
+        h.insert(FLOW_SCHEMA_HEADER, "fs-uid".parse().unwrap());
+        let body = status_body(429, "TooManyRequests", "Too many requests");
+        let out = classify_response(StatusCode::TOO_MANY_REQUESTS, &h, &body);
+        let flow = Flow {
+            priority_level_uid: "pl-uid".into(),
+            flow_schema_uid: "fs-uid".into(),
+        };
+        assert_eq!(out.flow, Some(flow.clone()));
+        assert_eq!(out.retry_after, Some(Duration::from_secs(1)));
+        assert!(
+            out.to_string()
+                .ends_with("; API Priority and Fairness level pl-uid (flow schema fs-uid)"),
+            "{out}"
+        );
+        let served = classify_response(StatusCode::OK, &h, b"{}");
+        assert_eq!(served.flow, Some(flow));
+        assert!(!served.to_string().contains("Priority"), "{served}");
+        assert_eq!(
+            classify_response(StatusCode::OK, &HeaderMap::new(), b"{}").flow,
+            None
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 pub use crate::clock::epoch_ms;
-use crate::deleter::OutcomeClass;
+use crate::deleter::{Flow, Outcome, OutcomeClass};
 use crate::pause::{PauseKind, Pauses};
 
 #[derive(Debug, Default)]
@@ -64,7 +64,23 @@ pub struct ScopeMetrics {
     lag_max_ms: AtomicU64,
     /// The last DELETE that failed: when (epoch ms), its outcome class, and the pod with the answer.
     last_failure: Mutex<Option<(u64, &'static str, String)>>,
+    /// Which API Priority and Fairness levels answered the scope's DELETEs.
+    apf: Mutex<ApfAnswers>,
 }
+
+/// The DELETE answers of one scope by the API Priority and Fairness level and flow schema that
+/// classified them (the `X-Kubernetes-PF-*` headers).
+#[derive(Debug, Default)]
+struct ApfAnswers {
+    /// Answers and, of them, 429s, by level and schema; at most [`APF_FLOWS_KEPT`] pairs (the
+    /// oldest pair goes when a new one comes: a level re-created gets a new UID).
+    by_flow: Vec<(Flow, u64, u64)>,
+    /// The pair that classified the latest answer.
+    last: Option<Flow>,
+}
+
+/// Level and schema pairs kept per scope.
+const APF_FLOWS_KEPT: usize = 8;
 
 const LAG_BUCKETS: usize = 14;
 
@@ -229,6 +245,51 @@ impl ScopeMetrics {
         *last = Some((epoch_ms(), class.as_str(), what));
     }
 
+    /// Records which API Priority and Fairness level and flow schema answered a DELETE, if the
+    /// answer said.
+    pub fn apf_answer(&self, outcome: &Outcome) {
+        let Some(flow) = &outcome.flow else {
+            return;
+        };
+        let throttled = u64::from(outcome.class == OutcomeClass::Throttled);
+        let mut a = self.apf.lock().unwrap_or_else(|p| p.into_inner());
+        match a.by_flow.iter().position(|(f, _, _)| f == flow) {
+            Some(i) => {
+                let (_, answers, t) = &mut a.by_flow[i];
+                *answers += 1;
+                *t += throttled;
+            }
+            None => {
+                if a.by_flow.len() >= APF_FLOWS_KEPT {
+                    a.by_flow.remove(0);
+                }
+                a.by_flow.push((flow.clone(), 1, throttled));
+            }
+        }
+        if a.last.as_ref() != Some(flow) {
+            a.last = Some(flow.clone());
+        }
+    }
+
+    /// The `apf` part of the status: the level and schema of the latest answer, and the answers
+    /// (and 429s) by level and schema; null before any answer named them.
+    fn apf_snapshot(&self) -> serde_json::Value {
+        let a = self.apf.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(last) = &a.last else {
+            return serde_json::Value::Null;
+        };
+        serde_json::json!({
+            "priority_level_uid": last.priority_level_uid,
+            "flow_schema_uid": last.flow_schema_uid,
+            "answers": a.by_flow.iter().map(|(f, n, t)| serde_json::json!({
+                "priority_level_uid": f.priority_level_uid,
+                "flow_schema_uid": f.flow_schema_uid,
+                "answers": n,
+                "throttled": t,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
     pub fn outcome_count(&self, class: OutcomeClass) -> u64 {
         self.outcomes[class.index()].load(Relaxed)
     }
@@ -293,6 +354,7 @@ impl ScopeMetrics {
                 since => epoch_ms().saturating_sub(since),
             },
             "outcomes": outcomes,
+            "apf": self.apf_snapshot(),
             "last_failure": match &*self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) {
                 Some((at_ms, class, what)) => serde_json::json!({
                     "at_ms": at_ms,

@@ -319,52 +319,73 @@ async fn slow_clients_cannot_exhaust_the_daemons_descriptors() {
     assert_eq!(code, 200);
     let before = open_fds(pid);
     let host = d.url.strip_prefix("http://").unwrap().to_owned();
-    let t0 = std::time::Instant::now();
-    let mut slow = Vec::new();
-    for _ in 0..200 {
-        let connecting = tokio::time::Instant::now();
+    let t0 = tokio::time::Instant::now();
+    // Each slow client (a scrape's request line, then nothing: not a probe, so they share the
+    // pool of MAX_CONNECTIONS) is watched by a task of its own that reports when the daemon
+    // closes it (an end or a reset).
+    let (closed_tx, mut closed_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut watchers = Vec::new();
+    for i in 0..200 {
         let mut s = tokio::net::TcpStream::connect(&host).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
             .await
             .unwrap();
-        slow.push((connecting, s));
+        let tx = closed_tx.clone();
+        watchers.push(tokio::spawn(async move {
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+            let _ = tx.send(i);
+        }));
     }
     // A probe answered after them: the daemon's one accept loop (a FIFO queue) has taken all
-    // 200. Each one past the cap closed the oldest: those first clients read their end, before
-    // the header read timeout could have closed them.
+    // 200, and probes have slots of their own.
     let (code, _) = timeout(Duration::from_secs(10), get(&d.url, "/healthz"))
         .await
         .expect("a probe is answered beside 200 slow clients");
     assert_eq!(code, 200);
-    let evicted = 200 - podsweep::daemon::http::MAX_CONNECTIONS;
-    for (i, (connecting, s)) in slow.iter_mut().take(evicted).enumerate() {
-        // Before the header read timeout, counted from before this client connected: a close by
-        // that timeout comes later, so an earlier one was made to make room (on a loaded machine
-        // the 200 connections take seconds, so one bound for all would blur the two).
-        let by =
-            *connecting + podsweep::daemon::http::HEADER_READ_TIMEOUT - Duration::from_millis(50);
-        let mut rest = Vec::new();
-        // An end or a reset: either way the daemon has closed it.
-        let cut = tokio::time::timeout_at(by, s.read_to_end(&mut rest)).await;
+    let cap = podsweep::daemon::http::MAX_CONNECTIONS;
+    let evicted = 200 - cap;
+    // Which clients make room depends on the order the daemon tells them apart (one task each),
+    // not on the order they connected; how many does not: all but `cap`. Nothing can have been
+    // closed by the header read timeout before it ran from the first connect: by then every
+    // client past the cap must have been closed to make room, and `cap` still be open.
+    let by = t0 + podsweep::daemon::http::HEADER_READ_TIMEOUT - Duration::from_millis(50);
+    let mut closed = 0;
+    while closed < evicted {
+        match tokio::time::timeout_at(by, closed_rx.recv()).await {
+            Ok(Some(_)) => closed += 1,
+            Ok(None) => unreachable!("a watcher's sender outlives the loop"),
+            Err(_) => panic!(
+                "{closed} of 200 slow clients closed to make room within {:?} (header read \
+                 timeout {:?}); {evicted} must be",
+                t0.elapsed(),
+                podsweep::daemon::http::HEADER_READ_TIMEOUT
+            ),
+        }
+    }
+    let made_room_within = t0.elapsed();
+    while let Ok(i) = closed_rx.try_recv() {
+        closed += 1;
         assert!(
-            cut.is_ok(),
-            "slow client {i} was not closed to make room within {:?} (header read timeout {:?})",
-            t0.elapsed(),
-            podsweep::daemon::http::HEADER_READ_TIMEOUT
+            tokio::time::Instant::now() >= by,
+            "slow client {i} closed beyond the {evicted} that make room for the others, before any \
+             header read timeout (cap {cap})"
         );
     }
     let during = open_fds(pid);
     println!(
         "figure: daemon descriptors {before} before, {during} with 200 slow clients \
-         ({evicted} closed to make room within {:?})",
-        t0.elapsed()
+         ({closed} closed to make room within {made_room_within:?})"
     );
     assert!(
         during <= before + 40,
         "200 slow clients took {} descriptors of the daemon",
         during - before
     );
-    drop(slow);
+    // Their streams close with their tasks.
+    for w in &watchers {
+        w.abort();
+    }
     let (code, _) = timeout(Duration::from_secs(10), get(&d.url, "/healthz"))
         .await
         .expect("the daemon answers again once the slow clients are gone");

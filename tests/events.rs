@@ -31,6 +31,7 @@ impl PodDeleter for NoEvents {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

@@ -43,6 +43,7 @@ impl PodDeleter for Gate {
                     reason: String::new(),
                     message: String::new(),
                     retry_after: None,
+                    flow: None,
                 }
             } else {
                 Outcome {
@@ -51,6 +52,7 @@ impl PodDeleter for Gate {
                     reason: "Forbidden".into(),
                     message: "pods is forbidden: the Role lost delete".into(),
                     retry_after: None,
+                    flow: None,
                 }
             }
         })

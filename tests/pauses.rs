@@ -478,6 +478,7 @@ impl PodDeleter for Forbidden {
                 reason: "Forbidden".into(),
                 message: "pods is forbidden".into(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

@@ -81,6 +81,7 @@ impl PodDeleter for Switch {
                 reason: if code == 403 { "Forbidden" } else { "Invalid" }.into(),
                 message: "pods \"p\" is forbidden: the test says no".into(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

@@ -148,6 +148,7 @@ impl PodDeleter for SlowDeleter {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

@@ -323,6 +323,7 @@ impl podsweep::deleter::PodDeleter for Refusing {
                 reason: "Forbidden".into(),
                 message: "pods is forbidden: wrong service account".into(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

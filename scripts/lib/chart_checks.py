@@ -181,7 +181,64 @@ def slug(heading):
     return h.replace(" ", "-")
 
 
+
+def apf(env, t):
+    """Issue 35 §2: API Priority and Fairness, opt-in: a FlowSchema that takes the daemons' requests
+    on the pods of the namespaces cleaned (and only those) to a limited level with queues."""
+    kinds = [d["kind"] for d in objects(env)]
+    t.check("FlowSchema" not in kinds and "PriorityLevelConfiguration" not in kinds,
+            "apf off (the default): no FlowSchema, no PriorityLevelConfiguration (cluster-scoped objects)")
+    docs = objects(env, "--set", "apf.enabled=true", "--set", "rbac.namespaces={spark-a,spark-b}")
+    fs = next(d for d in docs if d["kind"] == "FlowSchema")
+    pl = next(d for d in docs if d["kind"] == "PriorityLevelConfiguration")
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")
+    spec, lim = fs["spec"], pl["spec"]["limited"]
+    rule = spec["rules"][0]
+    t.check(fs["apiVersion"] == pl["apiVersion"] == "flowcontrol.apiserver.k8s.io/v1"
+            and spec["priorityLevelConfiguration"]["name"] == pl["metadata"]["name"]
+            and spec["matchingPrecedence"] < 9000 and spec["distinguisherMethod"]["type"] == "ByNamespace"
+            and len(spec["rules"]) == 1
+            and rule["subjects"] == [{"kind": "ServiceAccount", "serviceAccount": {
+                "name": sa["metadata"]["name"], "namespace": "kyuubi"}}]
+            and rule["resourceRules"] == [{"apiGroups": [""], "resources": ["pods"],
+                                           "verbs": ["delete", "get", "list", "watch"],
+                                           "namespaces": ["spark-a", "spark-b"]}]
+            and not rule.get("nonResourceRules"),
+            f"apf.enabled: a FlowSchema (precedence {spec['matchingPrecedence']}, before the built-in service-accounts' "
+            f"9000) of the daemons' ServiceAccount, its delete/get/list/watch of pods in the namespaces cleaned only",
+            json_dump(fs))
+    t.check(pl["spec"]["type"] == "Limited" and lim["nominalConcurrencyShares"] < 20
+            and lim["borrowingLimitPercent"] == 0 and lim["limitResponse"]["type"] == "Queue"
+            and lim["limitResponse"]["queuing"]["handSize"] <= lim["limitResponse"]["queuing"]["queues"],
+            f"apf.enabled: a Limited level below interactive traffic ({lim['nominalConcurrencyShares']} shares against "
+            "global-default's 20, no borrowing), with queues", json_dump(pl))
+    docs = objects(env, "--set", "apf.enabled=true", "--set", "apf.extraServiceAccounts[0].name=kyuubi",
+                   "--set", "apf.extraServiceAccounts[0].namespace=kyuubi")
+    rules = next(d for d in docs if d["kind"] == "FlowSchema")["spec"]["rules"]
+    t.check(len(rules) == 2 and rules[1]["resourceRules"][0]["verbs"] == ["delete"]
+            and rules[1]["subjects"][0]["serviceAccount"] == {"name": "kyuubi", "namespace": "kyuubi"},
+            "apf.extraServiceAccounts (Kyuubi servers with the patch or the drop-in): their DELETEs only")
+    docs = objects(env, "--set", "apf.enabled=true", "--set", "apf.priorityLevel.create=false",
+                   "--set", "apf.priorityLevel.name=batch")
+    t.check([d["kind"] for d in docs].count("PriorityLevelConfiguration") == 0
+            and next(d for d in docs if d["kind"] == "FlowSchema")["spec"]["priorityLevelConfiguration"]["name"] == "batch",
+            "apf.priorityLevel.create=false with a name: the FlowSchema points at that level, none created")
+    ok, why = refused(env, "apf.priorityLevel.name must name", "--set", "apf.enabled=true",
+                      "--set", "apf.priorityLevel.create=false")
+    t.check(ok, f"apf.priorityLevel.create=false without a name: refused ({why.split(chr(10))[0][-100:]})")
+    ok, why = refused(env, "must not exceed", "--set", "apf.enabled=true", "--set", "apf.priorityLevel.handSize=20")
+    t.check(ok, f"apf handSize above queues: refused, as the API server would ({why.split(chr(10))[0][-100:]})")
+    ok, why = refused(env, "apf", "--set", "apf.enabled=true", "--set", "apf.verbs={create}")
+    t.check(ok, "values.schema.json: apf.verbs only among delete, get, list, watch")
+
+
+def json_dump(obj):
+    import json
+    return json.dumps(obj, sort_keys=True)[:600]
+
+
 def all_checks(env, t):
+    apf(env, t)
     scopes_and_coordination(env, t)
     rest(env, t)
     runbooks(env, t)

@@ -54,13 +54,15 @@ def lint_and_template(env):
     r = helm(h, "lint", "--strict", CHART, check=False)
     check(r.returncode == 0, "helm lint --strict charts/podsweep", r.stdout + r.stderr)
     every = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
-             "--set", "kyuubiConf.inline=kyuubi.ha.addresses=zk:2181", "--set", "events.enabled=true"]
+             "--set", "kyuubiConf.inline=kyuubi.ha.addresses=zk:2181", "--set", "events.enabled=true",
+             "--set", "apf.enabled=true"]
     r = helm(h, "lint", "--strict", CHART, *every, check=False)
     check(r.returncode == 0, "helm lint --strict with every optional object", r.stdout + r.stderr)
     docs = load_all(helm(h, "template", "podsweep", CHART, "-n", NS, *every).stdout)
     kinds = sorted(d["kind"] for d in docs)
     want = sorted(["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service",
-                   "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Pod"])
+                   "PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "Pod", "FlowSchema",
+                   "PriorityLevelConfiguration"])
     check(kinds == want, f"helm template: {', '.join(kinds)}", f"expected {want}")
     rule = next(d for d in docs if d["kind"] == "PrometheusRule")
     import yaml
@@ -96,7 +98,7 @@ def render(env, zk, extra=()):
     ]) + "\n"
     out = helm(env["HELM"], "template", "podsweep", CHART, "-n", NS, "--set", f"rbac.namespaces={{{SPARK}}}",
                "--set-string", f"kyuubiConf.inline={conf}", "--set", "metrics.serviceMonitor.enabled=true",
-               "--set", "metrics.prometheusRule.enabled=true",
+               "--set", "metrics.prometheusRule.enabled=true", "--set", "apf.enabled=true",
                "--set", f"image.tag={env['VERSION']}", *extra).stdout
     # The helm test hook's Pod is not part of the release's objects.
     return [d for d in load_all(out) if d["kind"] != "Pod"], conf

@@ -15,6 +15,8 @@ use serde_json::Value;
 
 use crate::pause::PauseKind;
 
+mod apf;
+
 /// A scope's status is unhealthy after its pod watch has failed this long.
 pub const WATCH_FAILING_UNHEALTHY_MS: u64 = 60_000;
 
@@ -418,6 +420,7 @@ impl Collector for Scopes {
             }
         }
         self.lag(&mut encoder)?;
+        self.apf(&mut encoder)?;
         self.election(&mut encoder)
     }
 }

@@ -92,6 +92,7 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             retry_after: retry_after.then_some(Duration::from_secs(1)),
+            flow: None,
         }
     }
 

@@ -251,6 +251,7 @@ impl Sweeper {
             }
         };
         self.metrics.outcome(outcome.class);
+        self.metrics.apf_answer(&outcome);
         self.note_outcome(&outcome);
         let probing = self.note_refusal(&outcome);
         let (rec, cancelled) = match (deleting, self.finishing.remove(&uid)) {

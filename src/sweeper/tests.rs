@@ -71,6 +71,7 @@ impl PodDeleter for Silent {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }
@@ -153,6 +154,7 @@ impl PodDeleter for Apf {
                         reason: "TooManyRequests".into(),
                         message: "too many requests".into(),
                         retry_after: Some(Duration::from_secs(wait)),
+                        flow: None,
                     };
                 }
                 *b += 1;
@@ -167,6 +169,7 @@ impl PodDeleter for Apf {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }
@@ -276,6 +279,7 @@ impl PodDeleter for Gated {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }
@@ -416,6 +420,7 @@ impl PodDeleter for SlowAnswer {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

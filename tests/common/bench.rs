@@ -45,3 +45,24 @@ pub fn zk_packets_received(port: u16) -> Option<u64> {
         .find_map(|l| l.strip_prefix("Received:"))
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// Packets ZooKeeper received from each session so far: `recved` of each connection in `cons`,
+/// by session id (`0x...`).
+pub fn zk_received_by_session(port: u16) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in super::zk::four_letter(port, "cons")
+        .unwrap_or_default()
+        .lines()
+    {
+        let fields: Vec<&str> = line.split([',', '(', ')']).map(str::trim).collect();
+        let sid = fields.iter().find_map(|f| f.strip_prefix("sid="));
+        let recved = fields
+            .iter()
+            .find_map(|f| f.strip_prefix("recved="))
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(sid), Some(n)) = (sid, recved) {
+            out.insert(sid.to_owned(), n);
+        }
+    }
+    out
+}

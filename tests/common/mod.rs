@@ -1,3 +1,4 @@
+pub mod apf;
 pub mod bench;
 pub mod cluster;
 pub mod daemon_proc;

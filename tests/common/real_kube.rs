@@ -77,21 +77,54 @@ impl RealKube {
         })
     }
 
+    /// A fresh API server of its own (a bench run's), stopped by [`RealKube::stop`] or with the
+    /// process.
+    pub fn fresh(prefix: &str) -> RealKube {
+        Self::up(prefix, &[])
+    }
+
+    /// Stops what [`RealKube::fresh`] started (`scripts/kube down`, each process by its PID) and
+    /// removes its directory.
+    pub fn stop(&self) {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let _ = Command::new(repo.join("scripts/kube"))
+            .arg("down")
+            .arg(&self.dir)
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// The kube-apiserver's CPU time so far (user + system, from `/proc/<pid>/stat`), in seconds.
+    pub fn apiserver_cpu_s(&self) -> Option<f64> {
+        let pid = std::fs::read_to_string(self.dir.join("kube-apiserver.pid")).ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()?;
+        // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th.
+        let rest = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / 100.0)
+    }
+
     pub(super) fn up(prefix: &str, extra: &[&str]) -> RealKube {
         Self::up_env(prefix, extra, &[])
     }
 
     /// [`RealKube::up`] with `env` added to scripts/kube's environment (e.g. `PODSWEEP_ETCD`).
     pub(super) fn up_env(prefix: &str, extra: &[&str], env: &[(&str, &str)]) -> RealKube {
-        // The directories of earlier test processes that have ended (their servers stopped with
-        // them): each holds an etcd data directory and an audit log.
+        // The directories of earlier test processes that have ended: each holds an etcd data
+        // directory and an audit log. Not while a process it names still runs: the watchdog of
+        // `scripts/kube up --owner-pid` reads the servers' PID files there up to a second after
+        // its owner ended (removed before, an API server outlived its test process).
         if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let Some(pid) = name.strip_prefix(prefix) else {
                     continue;
                 };
-                if pid.parse::<u32>().is_ok() && !PathBuf::from(format!("/proc/{pid}")).exists() {
+                if pid.parse::<u32>().is_ok()
+                    && !PathBuf::from(format!("/proc/{pid}")).exists()
+                    && !runs_a_process(&e.path())
+                {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
             }
@@ -553,4 +586,18 @@ pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     f()
+}
+
+/// Whether a `*.pid` file of `dir` (what `scripts/kube up` started there) names a running process.
+fn runs_a_process(dir: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        e.file_name().to_string_lossy().ends_with(".pid")
+            && std::fs::read_to_string(e.path()).is_ok_and(|pid| {
+                let pid = pid.trim();
+                !pid.is_empty() && PathBuf::from(format!("/proc/{pid}")).exists()
+            })
+    })
 }

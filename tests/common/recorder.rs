@@ -57,6 +57,7 @@ impl PodDeleter for Recorder {
                 reason: String::new(),
                 message: String::new(),
                 retry_after: None,
+                flow: None,
             }
         })
     }

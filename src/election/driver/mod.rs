@@ -15,8 +15,8 @@
 //!   resign) before `closed`.
 //!
 //! The session proves liveness for every scope at once: it publishes [`Health::Up`] with a local
-//! deadline counted from when its last confirmed heartbeat (ZooKeeper `sync` + `exists`) or
-//! keep-alive (etcd) was *sent*. A scope leads only after its own seat was confirmed by one round
+//! deadline counted from when its last confirmed heartbeat (ZooKeeper `sync`, sent while one of
+//! its seats is won) or keep-alive (etcd) was *sent*. A scope leads only after its own seat was confirmed by one round
 //! trip (its latch node exists and belongs to this session; its election key is ours), and its
 //! lease deadline is the later of that confirmation's bound and the session's. Every transition
 //! out of `Up` (disconnected, heartbeat failed, no keep-alive for a TTL) pauses every leading scope

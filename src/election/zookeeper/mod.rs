@@ -11,11 +11,12 @@
 //! # Guarantees
 //! * `Leading` is reported only after a round trip on our own latch node has confirmed that it
 //!   exists and is owned by our current session.
-//! * While the session lives, one heartbeat runs every third of the negotiated session timeout
-//!   `T` for all scopes: `sync` then `exists` on `/`, pipelined, so a reply also shows that the
-//!   server we talk to reached the quorum leader after the request was sent. Each confirmed
-//!   heartbeat extends the local lease of every leading scope to `sent + 2/3 T`, where `sent` is
-//!   taken before the requests go out. The session cannot expire before about `sent + T`, so the
+//! * While the session holds a won seat, one heartbeat runs every third of the negotiated session
+//!   timeout `T` for all its scopes: a `sync` of `/`, whose reply shows that the server we talk to
+//!   reached the quorum leader after the request was sent (`heartbeat`, which also says what each
+//!   periodic packet buys). Each confirmed heartbeat extends the local lease of every leading
+//!   scope to `sent + 2/3 T`, where `sent` is taken before the request goes out. A session whose
+//!   scopes all wait sends no heartbeat: the client's pings keep it alive. The session cannot expire before about `sent + T`, so the
 //!   lease ends about `T/3` before a successor can be elected. A process that was frozen
 //!   (SIGSTOP, long GC, VM pause) wakes up with an expired lease, so
 //!   [`ElectionHandle::may_act`](super::ElectionHandle::may_act) is false before anything else
@@ -72,19 +73,17 @@
 //!   let another create latch nodes in it (`NoAuth`; the campaign retries with backoff and logs
 //!   every failure), exactly as with Kyuubi's own nodes.
 
-use std::future::{pending, Future};
-use std::pin::Pin;
+use std::future::pending;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use tokio::time::{sleep_until, timeout, Instant};
+use tokio::time::{timeout, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use zookeeper_client::{
     Client, CreateMode, Error as ZkError, EventType, LockOptions, LockPrefix, OwnedLockClient,
-    SessionState, Stat,
 };
 
 use super::driver::{self, spawn_upkeep, Connect, Fault, Health, Pool, Seat, Session};
@@ -94,19 +93,18 @@ use crate::config::{ZkAuth, ZkSettings};
 use crate::scope::Scope;
 
 mod connect;
+mod heartbeat;
 pub(crate) mod inspect;
 mod store;
 
 use connect::{connector, log_settings, node_acls};
+use heartbeat::{ends_session, heartbeats, Beat, Held, Seats};
 
 /// Curator's `LeaderLatch` node name.
 pub const LATCH_NAME: &str = "latch-";
 
 /// Upper bound on the latch deletion at close.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The path every session heartbeat syncs and reads (always exists, readable under any ACL).
-const HEARTBEAT_PATH: &str = "/";
 
 /// Leader election through ZooKeeper: one session per server, one latch per scope in it.
 #[derive(Clone, Debug)]
@@ -217,6 +215,8 @@ struct ZkSession {
     settings: ZkSettings,
     health: watch::Receiver<Health>,
     stop: CancellationToken,
+    /// The won seats of the session's scopes: the heartbeat runs while there is one.
+    seats: Arc<Seats>,
 }
 
 impl ZkSession {
@@ -232,15 +232,17 @@ impl ZkSession {
         );
         let (tx, health) = watch::channel(Health::Up { until: None });
         let stop = CancellationToken::new();
-        let (beating, stopping) = (client.clone(), stop.clone());
+        let seats = Arc::new(Seats::default());
+        let (beating, stopping, held) = (client.clone(), stop.clone(), seats.clone());
         spawn_upkeep("ZooKeeper heartbeat", tx, move |tx| {
-            Box::pin(heartbeats(beating, tx, stopping))
+            Box::pin(heartbeats(beating, tx, stopping, held))
         });
         ZkSession {
             client,
             settings,
             health,
             stop,
+            seats,
         }
     }
 }
@@ -298,6 +300,7 @@ impl Session for ZkSession {
                 client: self.client.clone(),
                 lease: self.client.session_timeout() * 2 / 3,
                 lock,
+                _held: self.seats.hold(),
             });
             Ok(seat)
         })
@@ -331,123 +334,6 @@ async fn stamp(client: &Client, path: &str, identity: &str) {
     warn!(%path, "Cannot record the start of this leadership on the latch node: {failed}");
 }
 
-/// A heartbeat in flight: when it was sent, and the reply.
-struct Beat<'a> {
-    sent: Instant,
-    reply: Pin<Box<dyn Future<Output = Result<Option<Stat>, ZkError>> + Send + 'a>>,
-}
-
-impl<'a> Beat<'a> {
-    /// Sends `sync` and `exists` on `path` now; both are written when called, in this order.
-    fn send(client: &'a Client, path: &str) -> Self {
-        let sent = Instant::now();
-        let synced = client.sync(path);
-        let stat = client.check_stat(path);
-        let reply = async move {
-            match synced.await {
-                Ok(()) => stat.await,
-                Err(ZkError::NoNode) => Ok(None),
-                Err(e) => Err(e),
-            }
-        };
-        Beat {
-            sent,
-            reply: Box::pin(reply),
-        }
-    }
-}
-
-/// Errors that mean the session is over.
-fn ends_session(e: &ZkError) -> bool {
-    matches!(
-        e,
-        ZkError::SessionExpired
-            | ZkError::SessionMoved
-            | ZkError::AuthFailed
-            | ZkError::ClientClosed
-    )
-}
-
-/// The session's heartbeat: `sync` + `exists` every third of the negotiated timeout `T`; each
-/// confirmed one allows acting until `sent + 2/3 T`. Connection state changes are published at
-/// once.
-async fn heartbeats(client: Client, health: Arc<watch::Sender<Health>>, stop: CancellationToken) {
-    let negotiated = client.session_timeout();
-    let lease = negotiated * 2 / 3;
-    let period = (negotiated / 3).max(Duration::from_millis(1));
-    let mut states = client.state_watcher();
-    let mut beat: Option<Beat> = None;
-    let mut next_beat = Instant::now();
-    let publish = |h: Health| {
-        health.send_if_modified(|old| {
-            let changed = *old != h;
-            *old = h;
-            changed
-        });
-    };
-    loop {
-        let state = client.state();
-        if state.is_terminated() {
-            publish(Health::Lost(format!("ZooKeeper session {state}")));
-            return;
-        }
-        let connected = state == SessionState::SyncConnected;
-        tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            state = states.changed() => match state {
-                SessionState::Disconnected | SessionState::ConnectedReadOnly => {
-                    beat = None;
-                    publish(Health::Doubt("disconnected from ZooKeeper; session not confirmed".into()));
-                }
-                // Confirm at once, in the same session.
-                SessionState::SyncConnected => {
-                    publish(Health::Up { until: None });
-                    next_beat = Instant::now();
-                }
-                other => {
-                    publish(Health::Lost(format!("ZooKeeper session {other}")));
-                    return;
-                }
-            },
-            (sent, reply) = poll_beat(&mut beat) => {
-                beat = None;
-                match reply {
-                    Ok(_) => {
-                        next_beat = sent + period;
-                        let until = sent + lease;
-                        if until <= Instant::now() {
-                            warn!("ZooKeeper heartbeat reply came too late to extend the lease");
-                            continue;
-                        }
-                        publish(Health::Up { until: Some(until) });
-                    }
-                    Err(e) if ends_session(&e) => {
-                        publish(Health::Lost(format!("heartbeat failed: {e}")));
-                        return;
-                    }
-                    Err(e) => {
-                        warn!("ZooKeeper heartbeat failed: {e}");
-                        publish(Health::Doubt(format!("heartbeat failed: {e}")));
-                        next_beat = Instant::now() + period / 4;
-                    }
-                }
-            }
-            _ = sleep_until(next_beat), if beat.is_none() && connected => {
-                beat = Some(Beat::send(&client, HEARTBEAT_PATH));
-            }
-        }
-    }
-}
-
-/// The reply of the heartbeat in flight; never resolves when there is none.
-async fn poll_beat(beat: &mut Option<Beat<'_>>) -> (Instant, Result<Option<Stat>, ZkError>) {
-    match beat {
-        Some(b) => (b.sent, b.reply.as_mut().await),
-        None => pending().await,
-    }
-}
-
 /// A latch node that leads its directory.
 struct ZkSeat {
     client: Client,
@@ -455,6 +341,8 @@ struct ZkSeat {
     lease: Duration,
     /// Deletes the node in the background when dropped (a no-op after `release`).
     lock: OwnedLockClient,
+    /// Keeps the session's heartbeat running while the seat is held.
+    _held: Held,
 }
 
 impl Seat for ZkSeat {
@@ -471,7 +359,7 @@ impl Seat for ZkSeat {
         );
         Box::pin(async move {
             let session = client.session_id();
-            let beat = Beat::send(&client, &path);
+            let beat = Beat::sync_and_stat(&client, &path);
             let sent = beat.sent;
             match beat.reply.await {
                 Ok(Some(stat)) if stat.ephemeral_owner == session.0 => Ok(Some(sent + lease)),
