@@ -24,7 +24,7 @@ use common::zk::ZkServer;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const NEW: &str = env!("CARGO_BIN_EXE_podsweep");
@@ -99,24 +99,7 @@ impl Daemon {
     }
 
     async fn status(&self, ns: &str) -> Value {
-        let host = self.url.strip_prefix("http://").unwrap();
-        let Ok(mut s) = tokio::net::TcpStream::connect(host).await else {
-            return Value::Null;
-        };
-        let req = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        if s.write_all(req.as_bytes()).await.is_err() {
-            return Value::Null;
-        }
-        let mut reply = String::new();
-        let _ = s.read_to_string(&mut reply).await;
-        let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        serde_json::from_str::<Value>(body)
-            .ok()
-            .and_then(|v| {
-                v.as_array()
-                    .and_then(|a| a.iter().find(|s| s["namespace"] == ns).cloned())
-            })
-            .unwrap_or(Value::Null)
+        common::daemon_proc::scope_status(&self.url, ns).await
     }
 
     async fn leads(&self, ns: &str) -> bool {

@@ -76,25 +76,7 @@ impl Daemon {
 
     /// The status of the scope of namespace `ns` (`null` while the daemon does not answer).
     pub async fn status(&self, ns: &str) -> Value {
-        let Some(host) = self.url.strip_prefix("http://") else {
-            return Value::Null;
-        };
-        let Ok(mut s) = tokio::net::TcpStream::connect(host).await else {
-            return Value::Null;
-        };
-        let req = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        if s.write_all(req.as_bytes()).await.is_err() {
-            return Value::Null;
-        }
-        let mut reply = String::new();
-        if s.read_to_string(&mut reply).await.is_err() {
-            return Value::Null;
-        }
-        let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        serde_json::from_str::<Value>(body)
-            .ok()
-            .and_then(|v| v.as_array()?.iter().find(|s| s["namespace"] == ns).cloned())
-            .unwrap_or(Value::Null)
+        scope_status(&self.url, ns).await
     }
 
     /// SIGTERM, then the exit (closing the engine deletes nothing).
@@ -104,4 +86,28 @@ impl Daemon {
         }
         let _ = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
     }
+}
+
+/// The status of the scope of namespace `ns` from the daemon serving `url` (`http://host:port`):
+/// `null` while it does not answer.
+pub async fn scope_status(url: &str, ns: &str) -> Value {
+    let Some(host) = url.strip_prefix("http://") else {
+        return Value::Null;
+    };
+    let Ok(mut s) = tokio::net::TcpStream::connect(host).await else {
+        return Value::Null;
+    };
+    let req = format!("GET /status HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return Value::Null;
+    }
+    let mut reply = String::new();
+    if s.read_to_string(&mut reply).await.is_err() {
+        return Value::Null;
+    }
+    let body = reply.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.as_array()?.iter().find(|s| s["namespace"] == ns).cloned())
+        .unwrap_or(Value::Null)
 }
