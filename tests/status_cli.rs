@@ -379,24 +379,25 @@ fn without_an_ha_backend_the_verbs_name_the_key() {
     let _ = std::fs::remove_file(&path);
 }
 
-/// Issue 32 §6: a daemon stopped by SIGTERM leaves the servers' election before it exits, so the
-/// uninstall an operator runs right after `helm uninstall` finds no server; its ZooKeeper session
-/// (60 s here) would otherwise keep its node, and the uninstall would refuse.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_daemon_stopped_by_sigterm_is_gone_for_the_uninstall_right_after() {
+/// A daemon (server id `daemon-a`) on ZooKeeper with the given session timeout, cleaning
+/// NAMESPACES[0], running as `status` reads it; and its configuration file.
+async fn running_daemon(
+    zk: &ZkServer,
+    api: &PodsApi,
+    session_ms: &str,
+    name: &str,
+) -> (tokio::process::Child, PathBuf) {
     use tokio::io::AsyncBufReadExt;
-    let zk = ZkServer::start();
-    let api = PodsApi::start().await;
     let mut pairs = conf_pairs(
-        &api,
+        api,
         &[
             (keys::HA_ADDRESSES.to_owned(), zk.addr()),
-            (keys::ZK_SESSION_TIMEOUT.to_owned(), "60000".to_owned()),
+            (keys::ZK_SESSION_TIMEOUT.to_owned(), session_ms.to_owned()),
         ],
     );
     pairs.push((keys::KUBE_NAMESPACE.to_owned(), NAMESPACES[0].to_owned()));
-    let conf = write_conf(&pairs, "sigterm");
-    let conf = conf.to_str().unwrap();
+    let path = write_conf(&pairs, name);
+    let conf = path.to_str().unwrap();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_podsweep"))
         .args([
             "--config",
@@ -419,6 +420,18 @@ async fn a_daemon_stopped_by_sigterm_is_gone_for_the_uninstall_right_after() {
         servers_running(&status_json(conf)) == BTreeSet::from(["daemon-a".to_owned()])
     })
     .await;
+    (child, path)
+}
+
+/// Issue 32 §6: a daemon stopped by SIGTERM leaves the servers' election before it exits, so the
+/// uninstall an operator runs right after `helm uninstall` finds no server; its ZooKeeper session
+/// (60 s here) would otherwise keep its node, and the uninstall would refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_stopped_by_sigterm_is_gone_for_the_uninstall_right_after() {
+    let zk = ZkServer::start();
+    let api = PodsApi::start().await;
+    let (mut child, path) = running_daemon(&zk, &api, "60000", "sigterm").await;
+    let conf = path.to_str().unwrap();
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -427,12 +440,46 @@ async fn a_daemon_stopped_by_sigterm_is_gone_for_the_uninstall_right_after() {
         .success());
     let rc = child.wait().await.unwrap();
     assert_eq!(rc.code(), Some(0));
+    let t0 = std::time::Instant::now();
     let (code, out, err) = podsweep(&["uninstall", "--config", conf]);
     println!(
-        "podsweep uninstall right after SIGTERM: exit {code}: {}{}",
+        "podsweep uninstall right after SIGTERM: exit {code} in {:?}: {}{}",
+        t0.elapsed(),
         out.trim(),
         err.trim()
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.starts_with("removed /status_cli-podsweep"), "{out}");
+    assert!(!err.contains("waiting"), "nothing to wait for: {err}");
+}
+
+/// A daemon killed at the end of its grace period (SIGKILL: its ZooKeeper session is never
+/// closed) stays a participant until the session expires. `uninstall --wait 0` refuses at once
+/// and names it; by default uninstall waits up to the session timeout (4 s here) plus 2 s, and
+/// removes everything once the session has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uninstall_waits_out_the_session_of_a_killed_daemon() {
+    let zk = ZkServer::start();
+    let api = PodsApi::start().await;
+    let (mut child, path) = running_daemon(&zk, &api, "4000", "sigkill").await;
+    let conf = path.to_str().unwrap();
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let (code, out, err) = podsweep(&["uninstall", "--config", conf, "--wait", "0"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(err.contains("1 server(s) running"), "{err}");
+    let t0 = std::time::Instant::now();
+    let (code, out, err) = podsweep(&["uninstall", "--config", conf]);
+    let took = t0.elapsed();
+    println!(
+        "podsweep uninstall right after SIGKILL: exit {code} in {took:?}: {}; {}",
+        out.trim(),
+        err.trim()
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("waiting up to 6 s"), "{err}");
+    assert!(out.starts_with("removed /status_cli-podsweep"), "{out}");
+    assert!(status_json(conf)["servers"]
+        .as_array()
+        .is_none_or(|s| s.is_empty()));
 }

@@ -146,6 +146,7 @@ class Page:
             if not self.tally.check(ok_exit, f"{b.where()}: ran as written, exit {code} in {secs:.1f} s"
                                     + (f": {first[0][:160]}" if first else ""),
                                     f"stdout {out[-1500:]!r} stderr {err[-1500:]!r}"):
+                self.pods_report()
                 return False
             ran += 1
             if after:
@@ -155,6 +156,21 @@ class Page:
         self.tally.check(not missing, f"{self.rel}: {ran} blocks ran, {skipped} marked not run; every step the test "
                                       f"hooks is a block of the page", f"hooks without a block: {missing}")
         return True
+
+    def pods_report(self):
+        """After a failed block: each pod the kubelet stand-in ran, with its phase and the tail of
+        each container's log (what a `kubectl logs` would have shown the operator)."""
+        with self.kubelet.lock:
+            states = list(self.kubelet.pods.values()) + list(self.kubelet.gone.values())
+        for st in states:
+            code, pod, _ = self.kube.request("GET", f"/api/v1/namespaces/{st['ns']}/pods/{st['name']}")
+            phase = pod.get("status", {}).get("phase") if code == 200 and isinstance(pod, dict) else f"HTTP {code}"
+            print(f"      pod {st['ns']}/{st['name']}: {phase}")
+            for cname, cid in st["containers"].items():
+                r = subprocess.run(["podman", "logs", "--tail", "15", cid], capture_output=True, text=True,
+                                   env=self.kubelet.env)
+                for line in (r.stdout + r.stderr).strip().splitlines():
+                    print(f"        {cname}: {line[:300]}")
 
     def close(self):
         try:

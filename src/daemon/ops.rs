@@ -3,8 +3,10 @@
 //! * `podsweep status --config kyuubi-defaults.conf [--json]`: who leads each scope, since when,
 //!   and every participant, read from the HA backend alone (never Kyuubi, never the Kubernetes
 //!   API), whatever runs podsweep: the patched Kyuubi, the drop-in or the daemon.
-//! * `podsweep uninstall --config kyuubi-defaults.conf [--force]`: removes podsweep's nodes (or
-//!   keys) from the HA backend once no server campaigns any more.
+//! * `podsweep uninstall --config kyuubi-defaults.conf [--force] [--wait SECONDS]`: removes
+//!   podsweep's nodes (or keys) from the HA backend once no server campaigns any more; waits up to
+//!   a session timeout (or lease TTL) for the participants of servers that stopped without
+//!   closing their sessions to expire.
 //! * `podsweep check --config kyuubi-defaults.conf`: the daemon's own checks of a configuration,
 //!   offline (nothing is contacted): exit 0 with a summary of what the daemon would do, or 2 with
 //!   the refusal, naming the key.
@@ -16,6 +18,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use clap::Subcommand;
 
@@ -53,6 +56,12 @@ pub enum Command {
         /// Removes them even while servers campaign (they lose their seats and campaign again).
         #[arg(long)]
         force: bool,
+        /// How long to wait for participants to leave before refusing, in seconds. A server
+        /// that stopped without closing its session (killed at the end of its grace period)
+        /// stays a participant until the session or lease expires; by default uninstall waits
+        /// that long (`kyuubi.ha.zookeeper.session.timeout`, or `ha.etcd.leaseTimeout`) plus 2 s.
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
     },
     /// Checks a configuration as the daemon would at start, offline (no HA backend, no API
     /// server): prints what the daemon would do, or the refusal naming its key (exit 2).
@@ -100,13 +109,34 @@ pub fn run(command: Command) -> u8 {
             config,
             conf,
             force,
+            wait,
         } => {
             let Some(settings) = settings(&config, &conf) else {
                 return EXIT_CONFIG;
             };
-            let layout = match block_on(inspect::read(&settings.ha)) {
-                Ok(Ok(l)) => l,
-                Ok(Err(e)) | Err(e) => return fail(&e.to_string()),
+            let wait = wait.map_or_else(|| outlives_its_server(&settings.ha), Duration::from_secs);
+            let t0 = Instant::now();
+            let mut said = false;
+            let layout = loop {
+                let layout = match block_on(inspect::read(&settings.ha)) {
+                    Ok(Ok(l)) => l,
+                    Ok(Err(e)) | Err(e) => return fail(&e.to_string()),
+                };
+                let live = layout.candidates();
+                if live == 0 || force || t0.elapsed() >= wait {
+                    break layout;
+                }
+                if !said {
+                    eprintln!(
+                        "podsweep: {live} participant(s) in {}: waiting up to {} s for them to \
+                         leave (a server stopped without closing its session stays one until \
+                         it expires)",
+                        layout.root,
+                        wait.as_secs()
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(500));
             };
             let live = layout.candidates();
             if live > 0 && !force {
@@ -177,6 +207,17 @@ fn settings(config: &Path, overrides: &[String]) -> Option<Settings> {
             None
         }
     }
+}
+
+/// How long a server's participation may outlive the server when it stopped without closing its
+/// session (ZooKeeper) or revoking its lease (etcd), plus 2 s: uninstall's default wait.
+fn outlives_its_server(ha: &crate::config::HaSettings) -> Duration {
+    let expiry = match ha {
+        crate::config::HaSettings::ZooKeeper(zk) => zk.session_timeout,
+        crate::config::HaSettings::Etcd(etcd) => etcd.lease_ttl,
+        crate::config::HaSettings::Local => Duration::ZERO,
+    };
+    expiry + Duration::from_secs(2)
 }
 
 fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, inspect::InspectError> {
