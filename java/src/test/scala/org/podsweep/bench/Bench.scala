@@ -91,6 +91,10 @@ object BenchApi {
    */
   final class Pool(val choice: Choice, shared: Boolean) extends AutoCloseable {
     private var one: Option[TestApi] = None
+    @volatile private var last: String = choice.name
+
+    /** The name of the API server started last (e.g. `kube-apiserver-1.34.4`), else the chosen kind. */
+    def lastName: String = last
 
     def use[A](f: TestApi => A): A =
       if (shared) f(synchronized { if (one.isEmpty) one = Some(start()); one.get })
@@ -102,6 +106,7 @@ object BenchApi {
     private def start(): TestApi = {
       val t0 = System.nanoTime()
       val api = TestApi.start(choice.name)
+      last = api.name
       BenchOut.progress(f"API server ${api.name} at ${api.url} up in ${(System.nanoTime() - t0) / 1e9}%.1f s")
       api
     }
