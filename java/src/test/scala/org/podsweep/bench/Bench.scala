@@ -100,8 +100,21 @@ object BenchApi {
       if (shared) f(synchronized { if (one.isEmpty) one = Some(start()); one.get })
       else {
         val api = start()
-        try f(api) finally api.close()
+        try f(api) finally { api.close(); removeDir(api) }
       }
+
+    /** A fresh real API server's directory (etcd's data, the audit log: ~100 MB a run), once stopped. */
+    private def removeDir(api: TestApi): Unit = api match {
+      case k: RealKube =>
+        scala.util.Try {
+          val up = k.dir.resolveSibling(k.dir.getFileName.toString + ".up.log")
+          val walk = java.nio.file.Files.walk(k.dir)
+          try walk.sorted(java.util.Comparator.reverseOrder[java.nio.file.Path]()).forEach(p => java.nio.file.Files.deleteIfExists(p))
+          finally walk.close()
+          java.nio.file.Files.deleteIfExists(up)
+        }
+      case _ => ()
+    }
 
     private def start(): TestApi = {
       val t0 = System.nanoTime()
@@ -115,7 +128,7 @@ object BenchApi {
     def fields(api: TestApi): Seq[(String, Any)] = BenchApi.fields(api) ++ choice.fallback.map("api_server_fallback" -> _)
 
     override def close(): Unit = synchronized {
-      one.foreach(a => scala.util.Try(a.close()))
+      one.foreach { a => scala.util.Try(a.close()); removeDir(a) }
       one = None
     }
   }
