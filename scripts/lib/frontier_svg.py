@@ -83,7 +83,7 @@ def main(argv):
     s, st = run["summary"], run["stamp"]
     text(20, 30, "The API server's frontier: drain rate against a neighbour's p99", 18, weight="bold")
     text(20, 52, f"scripts/bench drain, {run['pods']} overdue pods per contender, a fresh API server each; "
-                 f"commit {st.get('commit', '?')}, {st.get('date', '?')}, load {st.get('load', {}).get('start', '?')}", 12, "#666666")
+                 f"commit {st.get('commit', '?')[:7]}, {st.get('date', '?')}, load {st.get('load', {}).get('start', '?')}", 12, "#666666")
     text(20, 70, f"{st.get('api_server', s.get('api_server', '?'))}"[:150], 11, "#666666")
     text(20, 86, s.get("verdict", ""), 12, "#c4162a" if not s.get("pass") else "#37872d")
 
@@ -135,7 +135,7 @@ def main(argv):
     if before:
         for c in before["contenders"]:
             if c["label"] == "podsweep-default":
-                mark(c, GREY, hollow=True, suffix=f" before ({before['stamp'].get('commit', '?')})")
+                mark(c, GREY, hollow=True, suffix=f" before ({before['stamp'].get('commit', '?')[:7]})")
     others = 0
     for c in run["contenders"]:
         colour = MARKS.get(c["label"])
@@ -148,7 +148,7 @@ def main(argv):
     lx, ly = LX + LW + 24, LY + 8
     rows = [("#1f77b4", "raw client, N DELETEs in flight"), (BAND, f"within {tol:g} x the curve")]
     if before:
-        rows.append((GREY, f"before: curve and podsweep ({before['stamp'].get('commit', '?')})"))
+        rows.append((GREY, f"before: curve and podsweep ({before['stamp'].get('commit', '?')[:7]})"))
     for i, (col, label) in enumerate(rows):
         svg.append(f'<rect x="{lx}" y="{ly + i * 20 - 10}" width="14" height="12" fill="{col}" stroke="{GREY}" stroke-width="0.5"/>')
         text(lx + 20, ly + i * 20, label, 11)
