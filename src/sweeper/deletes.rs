@@ -223,7 +223,7 @@ impl Sweeper {
             .is_some_and(|r| r.stage() == Stage::Deleting);
         let outcome = match outcome {
             super::Answer::Answered(o, latency) => {
-                self.pace.answered(&o, latency, in_flight);
+                self.pace.answered(&o, latency, in_flight, Instant::now());
                 o
             }
             // Not sent (lease ran out, scope paused) or aborted (leadership lost): the pod waits.

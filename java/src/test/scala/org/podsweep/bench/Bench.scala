@@ -91,17 +91,35 @@ object BenchApi {
    */
   final class Pool(val choice: Choice, shared: Boolean) extends AutoCloseable {
     private var one: Option[TestApi] = None
+    @volatile private var last: String = choice.name
+
+    /** The name of the API server started last (e.g. `kube-apiserver-1.34.4`), else the chosen kind. */
+    def lastName: String = last
 
     def use[A](f: TestApi => A): A =
       if (shared) f(synchronized { if (one.isEmpty) one = Some(start()); one.get })
       else {
         val api = start()
-        try f(api) finally api.close()
+        try f(api) finally { api.close(); removeDir(api) }
       }
+
+    /** A fresh real API server's directory (etcd's data, the audit log: ~100 MB a run), once stopped. */
+    private def removeDir(api: TestApi): Unit = api match {
+      case k: RealKube =>
+        scala.util.Try {
+          val up = k.dir.resolveSibling(k.dir.getFileName.toString + ".up.log")
+          val walk = java.nio.file.Files.walk(k.dir)
+          try walk.sorted(java.util.Comparator.reverseOrder[java.nio.file.Path]()).forEach(p => java.nio.file.Files.deleteIfExists(p))
+          finally walk.close()
+          java.nio.file.Files.deleteIfExists(up)
+        }
+      case _ => ()
+    }
 
     private def start(): TestApi = {
       val t0 = System.nanoTime()
       val api = TestApi.start(choice.name)
+      last = api.name
       BenchOut.progress(f"API server ${api.name} at ${api.url} up in ${(System.nanoTime() - t0) / 1e9}%.1f s")
       api
     }
@@ -110,7 +128,7 @@ object BenchApi {
     def fields(api: TestApi): Seq[(String, Any)] = BenchApi.fields(api) ++ choice.fallback.map("api_server_fallback" -> _)
 
     override def close(): Unit = synchronized {
-      one.foreach(a => scala.util.Try(a.close()))
+      one.foreach { a => scala.util.Try(a.close()); removeDir(a) }
       one = None
     }
   }

@@ -15,17 +15,19 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
 /**
  * `drain`: a backlog of overdue terminated driver pods (their containers finished an hour ago, far
  * past the retain period) is already there when cleanup takes over, as after an outage of the
- * cleanup or the first roll-out of a fleet; one server starts over them:
- *  1. podsweep at its DEFAULT pace (since issue 27 adaptive: the in-flight limit follows the API
- *     server's answers, up to 64; before, a fixed 10 qps, burst 20, 8 in flight; the window below
- *     was for that, and the run now measures the whole drain): a patched Kyuubi
- *     1.12.0 server starts, its informer lists the pods, it becomes the scope's leader (ZooKeeper)
- *     and deletes what is overdue. At 10 a second 10,000 pods take about 1,000 s, so this run is
- *     measured over a fixed window from its first DELETE ([[Size.defaultWindowMs]], 60 s in the
- *     full run) and the line says so (`measured_over`); the server is then closed (podsweep's
- *     close() deletes nothing) with the rest of the backlog still there;
- *  2. podsweep under a CEILING ([[CeilingQps]] DELETEs a second at most, the adaptive pace below
- *     it): the same, measured until every pod is gone;
+ * cleanup or the first roll-out of a fleet. One run drains the same backlog with each contender,
+ * each on a fresh API server (one for all in the smoke pass), and draws the API server's own
+ * frontier of drain rate against what the drain costs a neighbour (issue 35):
+ *  1. a RAW client at each of [[Size.rawLevels]] (1, 2, 4, 8, 16, 32) DELETEs in flight: it lists
+ *     the pods and deletes them all, under a ServiceAccount of its own, nothing else. Its points
+ *     draw the curve the others are held against (`of_raw`, and the summary line);
+ *  2. podsweep at its DEFAULT pace (adaptive: the in-flight limit follows the API server's
+ *     answers, `maxInFlight` at most): a patched Kyuubi 1.12.0 server starts, its informer lists
+ *     the pods, it becomes the scope's leader (ZooKeeper) and deletes what is overdue; measured
+ *     until every pod is gone, the server is then closed. `PODSWEEP_BENCH_DRAIN_VARIANTS` adds
+ *     podsweep runs with other keys (`label:key=value,key=value;label2:...`, keys under
+ *     `kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.` unless they start with `kyuubi.`;
+ *     e.g. `ceiling-100:rateLimit.qps=100`), each judged against the curve too;
  *  3. stock Kyuubi 1.12.0: one server starts over the same backlog. It marks every terminated pod
  *     it lists at start (`cleanTerminatedAppPodsOnKubernetesClientInitialize`), each entry expires a
  *     retain period after that, and the cache's removal listener deletes them, one synchronous DELETE
@@ -36,30 +38,28 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
  *     [[Size.retainMs]] and 1 s (the same retain for podsweep), which moves when stock Kyuubi
  *     starts, not how fast it deletes or how often.
  *
- *  0. a RAW client first: [[RawInFlight]] concurrent DELETEs of the listed pods under a
- *     ServiceAccount of its own, nothing else: the API server's capacity that the others are
- *     compared with (`of_raw`).
- *
  * Throughout each run a reader under another ServiceAccount GETs one pod every 20 ms
- * ([[DrainReader]]): its p99 over the drain, against its p99 over 15 s before the run started,
- * is what the drain costs other clients.
+ * ([[DrainReader]]): its p99 over the drain (first to last pod deleted), against its p99 over
+ * [[Size.idleMs]] before the run started, is what the drain costs other clients. The CPU of
+ * kube-apiserver and etcd, each read by its own PID ([[ControlPlaneCpu]]), is given per cleaned
+ * pod over the contender's whole run (raw: list and DELETEs; Kyuubi: server start to close), net
+ * of their use while only the reader ran.
  *
- * The API server is a real kube-apiserver (scripts/kube; a fresh one per run, one for all three in
- * the smoke pass); every figure about DELETEs comes from its audit log: `requestReceivedTimestamp`
- * and the answer code of each DELETE sent with the server's own ServiceAccount. Rates are over the
- * DELETEs that deleted a pod (answered 200): `deletes_per_s` from the first to the last of them in
- * the measured span, `steady_deletes_per_s` over the middle 80 % of them (the burst at the start
- * and the tail left out), `peak_deletes_in_1s` the most that arrived within one second. Errors are
- * the audit log's other answer codes (404, 409, 429, 5xx) and the servers' own counts
- * (`client_deletes`, podsweep's outcome classes, read just before the server is closed: a DELETE
- * still in flight then counts in the audit log only). `PODSWEEP_BENCH_API=pods-api` runs it on
- * the bench's own API server instead ([[BenchApi]]). One JSON line per run.
+ * The API server is a real kube-apiserver (scripts/kube); every figure about DELETEs comes from
+ * its audit log: `requestReceivedTimestamp` and the answer code of each DELETE sent with the
+ * contender's own ServiceAccount. Rates are over the DELETEs that deleted a pod (answered 200):
+ * `deletes_per_s` from the first to the last of them, `steady_deletes_per_s` over the middle 80 %
+ * of them (the burst at the start and the tail left out), `peak_deletes_in_1s` the most that
+ * arrived within one second. Errors are the audit log's other answer codes (404, 409, 429, 5xx)
+ * and the servers' own counts (`client_deletes`, podsweep's outcome classes, read just before the
+ * server is closed). `PODSWEEP_BENCH_API=pods-api` runs it on the bench's own API server instead
+ * ([[BenchApi]]). One JSON line per contender, then the summary line (`"system": "frontier"`,
+ * [[DrainFrontier.summary]]): podsweep's default against the curve, pass or fail.
  */
 object DrainBench {
   /** Sizes of one bench pass. */
   final case class Size(
       pods: Int,
-      defaultWindowMs: Long,
       retainMs: Long,
       checkIntervalMs: Long,
       drainTimeoutMs: Long,
@@ -67,37 +67,68 @@ object DrainBench {
       /** Stock Kyuubi's run ends when no DELETE came for retain + check interval + this. */
       quietExtraMs: Long,
       /** After the last pod went, how long the run waits for any DELETE that follows (none expected). */
-      settleMs: Long)
+      settleMs: Long,
+      /** The reader's idle span before each run. */
+      idleMs: Long,
+      /** DELETEs in flight of the raw client's runs: the curve's points. */
+      rawLevels: Seq[Int])
 
+  /**
+   * 3,000 pods: with a fresh API server, the backlog, the reader's idle span and Kyuubi's start for
+   * each of the 8 contenders the whole run takes about 8 minutes on 2 cores, and even the fastest
+   * drain lasts several seconds (a few hundred of the reader's GETs, so its p99 is not one GET).
+   */
   val Full = Size(
-    pods = sys.env.get("PODSWEEP_BENCH_DRAIN_PODS").flatMap(s => scala.util.Try(s.trim.toInt).toOption).filter(_ > 0).getOrElse(10000),
-    defaultWindowMs = 60000, retainMs = 10000, checkIntervalMs = 1000, drainTimeoutMs = 15 * 60 * 1000L, createThreads = 8,
-    quietExtraMs = 3000, settleMs = 2000)
-  val Smoke = Size(pods = 100, defaultWindowMs = 3000, retainMs = 2000, checkIntervalMs = 1000,
-    drainTimeoutMs = 60000, createThreads = 8, quietExtraMs = 1000, settleMs = 500)
+    pods = sys.env.get("PODSWEEP_BENCH_DRAIN_PODS").flatMap(s => scala.util.Try(s.trim.toInt).toOption).filter(_ > 0).getOrElse(3000),
+    retainMs = 10000, checkIntervalMs = 1000, drainTimeoutMs = 15 * 60 * 1000L, createThreads = 8,
+    quietExtraMs = 3000, settleMs = 2000, idleMs = DrainReader.IdleMs, rawLevels = Seq(1, 2, 4, 8, 16, 32))
+  val Smoke = Size(pods = 100, retainMs = 2000, checkIntervalMs = 1000, drainTimeoutMs = 60000, createThreads = 8,
+    quietExtraMs = 1000, settleMs = 500, idleMs = 2000, rawLevels = Seq(1, 32))
 
   /** When the pods' driver containers finished: long before the run (all overdue). */
   val FinishedAgoS = 3600L
 
-  val CeilingQps = 100
-  val RawInFlight = 32
   private val RawClient = "drain-raw"
+  val DefaultLabel = "podsweep-default"
+  val VariantsEnv = "PODSWEEP_BENCH_DRAIN_VARIANTS"
 
   private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
   /** Kyuubi's default `kyuubi.ha.zookeeper.session.timeout`. */
   private val SessionTimeoutMs = 60000
   private val Server = "server-1"
 
+  /** `label:key=value,key=value;...` of [[VariantsEnv]]: podsweep runs with other keys. */
+  def variants(spec: String): Seq[(String, Map[String, String])] =
+    spec.split(";").map(_.trim).filter(_.nonEmpty).toSeq.map { v =>
+      val (label, kvs) = v.split(":", 2) match {
+        case Array(l, k) => (l.trim, k)
+        case _ => throw new IllegalArgumentException(s"$VariantsEnv: '$v' is not label:key=value,...")
+      }
+      require(label.matches("[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?") && label != DefaultLabel,
+        s"$VariantsEnv: label '$label' must be a DNS label of at most 32 characters, not $DefaultLabel")
+      label -> kvs.split(",").map(_.trim).filter(_.nonEmpty).map { kv =>
+        kv.split("=", 2) match {
+          case Array(k, x) if k.trim.nonEmpty => (if (k.trim.startsWith("kyuubi.")) k.trim else P + k.trim) -> x.trim
+          case _ => throw new IllegalArgumentException(s"$VariantsEnv: '$kv' in '$label' is not key=value")
+        }
+      }.toMap
+    }
+
   def run(smoke: Boolean): Unit = {
     val size = if (smoke) Smoke else Full
+    val extra = variants(sys.env.getOrElse(VariantsEnv, ""))
     KyuubiHome.patchedMissing.foreach(w => throw new IllegalStateException(s"drain needs patched Kyuubi 1.12.0: $w"))
     val apis = new BenchApi.Pool(BenchApi.choose("drain", fallback = "pods-api"), shared = smoke)
     val zk = new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = SessionTimeoutMs)
     try {
-      val raw = rawClient(apis, size)
-      podsweep(apis, zk, size, ceiling = false, raw)
-      podsweep(apis, zk, size, ceiling = true, raw)
-      stock(apis, size, raw)
+      val raw = size.rawLevels.map(n => rawClient(apis, size, n))
+      val best = raw.map(_.rate).filterNot(_.isNaN).reduceOption(_ max _)
+      val ours = (DefaultLabel -> Map.empty[String, String]) +: extra
+      val others = ours.map { case (label, keys) => podsweep(apis, zk, size, label, keys, best) } :+ stock(apis, size, best)
+      val points = raw ++ others
+      BenchOut.line("drain", (Seq("pods" -> size.pods) ++ apis.choice.fallback.map("api_server_fallback" -> _) ++
+        Seq("api_server" -> points.headOption.map(_ => apis.lastName).orNull) ++
+        DrainFrontier.summary(points, DefaultLabel) ++ Seq("smoke" -> smoke)): _*)
     } finally {
       zk.close()
       apis.close()
@@ -124,12 +155,18 @@ object DrainBench {
   private def deletes(api: TestApi, ns: String, who: String = Server): Seq[Recorded] =
     api.podDeletes(ns).filter(_.bearer.exists(_.contains(who))).sortBy(_.atMillis)
 
-  /** Waits until `done` or `untilMillis`, progress every 10 s. */
-  private def await(label: String, untilMillis: Long)(done: => Boolean)(note: => String): Boolean = {
+  /**
+   * How often a drain is looked at (the audit log read and parsed): the same for every contender,
+   * the raw client's included ([[polling]]), since the bench's JVM shares the cores it measures.
+   */
+  private val PollMs = 1000L
+
+  /** Waits until `done` or `untilMillis`, looking every `pollMs`, progress every 10 s. */
+  private def await(label: String, untilMillis: Long, pollMs: Long = 250)(done: => Boolean)(note: => String): Boolean = {
     var nextNote = System.currentTimeMillis() + 10000
     var ok = done
     while (!ok && System.currentTimeMillis() < untilMillis) {
-      Thread.sleep(250)
+      Thread.sleep(pollMs)
       ok = done
       if (System.currentTimeMillis() >= nextNote) {
         BenchOut.progress(s"drain $label: $note")
@@ -137,6 +174,15 @@ object DrainBench {
       }
     }
     ok
+  }
+
+  /** Runs `f` while a thread looks at the drain as [[await]] does for the servers, every [[PollMs]]. */
+  private def polling[A](look: => Any)(f: => A): A = {
+    @volatile var on = true
+    val t = new Thread(() => while (on) { Thread.sleep(PollMs); if (on) look }, "drain-poll")
+    t.setDaemon(true)
+    t.start()
+    try f finally { on = false; t.join(PollMs * 2) }
   }
 
   /** Rates over the DELETEs that deleted a pod (200), in arrival order. */
@@ -170,20 +216,18 @@ object DrainBench {
     "server_errors_5xx" -> ds.count(_.status >= 500),
     "other_errors" -> ds.count(d => d.status != 200 && d.status != 404 && d.status != 409 && d.status != 429 && d.status < 500))
 
-  private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, ceiling: Boolean,
-      raw: Option[Double]): Unit = apis.use { api =>
-    val label = if (ceiling) "podsweep-ceiling" else "podsweep-default"
+  private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, label: String,
+      keys: Map[String, String], raw: Option[Double]): FrontierPoint = apis.use { api =>
     val ns = s"drain-$label"
     BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
     val (createS, writesPerPod) = backlog(api, ns, size)
     val reader = new DrainReader(api, label)
-    val idleSpan = reader.idle()
+    val cpu = new ControlPlaneCpu(api)
+    val idleSpan = reader.idle(size.idleMs)
     BenchOut.progress(f"drain $label: created in $createS%.1f s (${size.pods / createS}%.0f pods/s); starting a patched Kyuubi server")
     val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs) ++
-      Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++
-      (if (ceiling) Map(P + "rateLimit.qps" -> CeilingQps.toString) else Map.empty)
+      Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++ keys
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
-    val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
     val start = System.currentTimeMillis()
     val server = new KyuubiServer(Server, KyuubiHome.Patched, conf, logDir, heapMb = 1024)
     try {
@@ -199,43 +243,45 @@ object DrainBench {
       val firstAt = deletes(api, ns).headOption.map(_.atMillis)
         .getOrElse(throw new IllegalStateException(s"drain $label: no DELETE within 120 s of the start (log: ${server.logFile})"))
       def deletedPods: Int = LagWorkload.deletedPods(deletes(api, ns)).size
-      // Since issue 27 the default pace is adaptive: the default run drains the whole backlog too.
-      // (`rateLimit.adaptive=false` gives back the fixed 10/s this window was made for.)
-      val windowEnd: Option[Long] = None
-      val drained = windowEnd match {
-        case Some(end) =>
-          // A second past the window, so that every DELETE that arrived in it is in the audit log.
-          await(label, end + 1000)(false)(s"$deletedPods/${size.pods} pods deleted")
-          deletedPods >= size.pods
-        case None =>
-          val ok = await(label, deadline)(deletedPods >= size.pods)(s"$deletedPods/${size.pods} pods deleted")
-          Thread.sleep(size.settleMs) // any DELETE that follows the last pod's (none expected)
-          ok
-      }
+      // The adaptive limit and the DELETEs in flight, as the scope reports them, while it drains.
+      val limits = Vector.newBuilder[(Long, Long)]
+      val drained = await(label, deadline, PollMs) {
+        val st = server.status(ns)
+        limits += ((st.number("inflight_limit"), st.inflight()))
+        deletedPods >= size.pods
+      }(s"$deletedPods/${size.pods} pods deleted")
+      Thread.sleep(size.settleMs) // any DELETE that follows the last pod's (none expected)
       val status = server.status(ns)
       val outcomes = Phases.OutcomeClasses.map(c => c -> status.outcome(c)).toMap
       val loud = server.log.count(l => l.matches("^\\S+ (WARN|ERROR) .*"))
       server.close()
-      val cpu1 = BenchApi.controlPlaneCpuSeconds(api)
+      val end = System.currentTimeMillis()
       val all = deletes(api, ns)
-      val measured = windowEnd.map(end => all.filter(_.atMillis < end)).getOrElse(all)
-      val ok = measured.filter(_.status == 200)
-      val lastPodAt = if (drained) Some(all.filter(_.status == 200).map(_.atMillis).max) else None
+      val ok = all.filter(_.status == 200)
+      val lastPodAt = if (drained) Some(ok.map(_.atMillis).max) else None
+      val span = lastPodAt.map(l => (firstAt, l))
+      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (start, end), LagWorkload.deletedPods(all).size)
+      val (idleP99, p99) = reader.p99s(idleSpan, span)
+      val seen = limits.result()
+      def stat(xs: Seq[Long]): ListMap[String, Any] =
+        ListMap("p50" -> BenchOut.percentile(xs.map(_.toDouble), 50), "max" -> (if (xs.isEmpty) None else Some(xs.max)))
       BenchOut.line("drain", (Seq(
         "system" -> "podsweep",
+        "label" -> label,
         "kind" -> KyuubiHome.Patched.label,
         "pods" -> size.pods,
         "finished_ago_s" -> FinishedAgoS,
         "retain_ms" -> size.retainMs,
         "backend" -> zk.name,
-        "rate_limit" -> (if (ceiling) s"adaptive under a ceiling of $CeilingQps/s" else "default (adaptive since issue 27)"),
-        "rate_limit_qps" -> (if (ceiling) CeilingQps.toString else "none (adaptive)"),
-        "max_in_flight" -> "adaptive, at most 64") ++
+        "rate_limit" -> (if (keys.isEmpty) "default (adaptive)" else keys.map { case (k, v) => s"${k.stripPrefix(P)}=$v" }.mkString(", ")),
+        "inflight_limit_seen" -> stat(seen.map(_._1)),
+        "inflight_seen" -> stat(seen.map(_._2)),
+        "status_samples" -> seen.size) ++
         apis.fields(api) ++
         Seq(
           "measured_over" -> "whole drain (first DELETE to last pod deleted)",
-          "deletes_in_span" -> measured.size,
-          "pods_deleted_in_span" -> LagWorkload.deletedPods(measured).size) ++
+          "deletes_in_span" -> all.size,
+          "pods_deleted_in_span" -> LagWorkload.deletedPods(all).size) ++
         rates(ok) ++
         Seq(
           "drained" -> drained,
@@ -246,47 +292,49 @@ object DrainBench {
           "server_start_to_leader_s" -> leaderAt.map(l => (l - start) / 1000.0),
           "server_start_to_first_delete_s" -> (firstAt - start) / 1000.0,
           "delete_requests" -> all.size,
-          "pods_deleted_twice" -> all.filter(_.status == 200).groupBy(LagWorkload.podOf).count(_._2.size > 1)) ++
+          "pods_deleted_twice" -> ok.groupBy(LagWorkload.podOf).count(_._2.size > 1)) ++
         ofRaw(ok, raw) ++
-        reader.fields(idleSpan, lastPodAt.map(l => (firstAt, l))) ++
+        reader.fields(idleSpan, span) ++
         errors(all) ++
         Seq(
           "client_deletes" -> outcomes.values.sum,
           "podsweep_outcomes" -> ListMap(outcomes.toSeq.sortBy(_._1): _*),
           "warn_error_lines" -> loud,
           "create_s" -> createS,
-          "create_writes_per_s" -> size.pods * writesPerPod / createS,
-          "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
-          "smoke" -> (size == Smoke))): _*)
+          "create_writes_per_s" -> size.pods * writesPerPod / createS) ++
+        cpuFields ++
+        Seq("smoke" -> (size == Smoke))): _*)
+      FrontierPoint(label, None, deletesPerS(ok).getOrElse(Double.NaN), p99, idleP99, apiMs, etcdMs)
     } finally {
       scala.util.Try(server.close())
       reader.close()
+      cpu.close()
     }
   }
 
-  private def stock(apis: BenchApi.Pool, size: Size, raw: Option[Double]): Unit = apis.use { api =>
+  private def stock(apis: BenchApi.Pool, size: Size, raw: Option[Double]): FrontierPoint = apis.use { api =>
     val label = "stock"
     val ns = s"drain-$label"
     BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
     val (createS, writesPerPod) = backlog(api, ns, size)
     val reader = new DrainReader(api, label)
-    val idleSpan = reader.idle()
+    val cpu = new ControlPlaneCpu(api)
+    val idleSpan = reader.idle(size.idleMs)
     BenchOut.progress(f"drain $label: created in $createS%.1f s; starting a stock Kyuubi 1.12.0 server")
     val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs)
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
-    val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
     val start = System.currentTimeMillis()
     val server = new KyuubiServer(Server, KyuubiHome.Stock, conf, logDir, heapMb = 1024)
     try {
       val ready = System.currentTimeMillis()
       val deadline = start + size.drainTimeoutMs
       def deletedPods: Int = LagWorkload.deletedPods(deletes(api, ns)).size
-      val drained = await(label, deadline)(deletedPods >= size.pods)(s"$deletedPods/${size.pods} pods deleted")
+      val drained = await(label, deadline, PollMs)(deletedPods >= size.pods)(s"$deletedPods/${size.pods} pods deleted")
       // The second round: each DELETE event armed the pod's entry again; a retain period (and the
       // next check) later the server deletes it again and gets 404. Quiet = no DELETE for
       // retain + check interval + a few seconds.
       val quietMs = size.retainMs + size.checkIntervalMs + size.quietExtraMs
-      await(label, deadline) {
+      await(label, deadline, PollMs) {
         val last = deletes(api, ns).lastOption.map(_.atMillis).getOrElse(0L)
         System.currentTimeMillis() - last >= quietMs
       }(s"${deletes(api, ns).size} DELETEs so far")
@@ -295,14 +343,19 @@ object DrainBench {
       val loud = server.log.count(l => l.matches("^\\S+ (WARN|ERROR) .*"))
       // Not stop(): stock stop() deletes every pod its cache still holds (not measured here).
       server.kill()
-      val cpu1 = BenchApi.controlPlaneCpuSeconds(api)
+      val end = System.currentTimeMillis()
       val all = deletes(api, ns)
       val ok = all.filter(_.status == 200)
       val firstAt = all.headOption.map(_.atMillis)
       val lastPodAt = if (ok.isEmpty) None else Some(ok.map(_.atMillis).max)
+      val span = for (f <- firstAt; l <- lastPodAt) yield (f, l)
       val second = all.filter(_.status == 404)
+      // Both rounds are its cost: CPU over the whole run, per pod cleaned.
+      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (start, end), LagWorkload.deletedPods(all).size)
+      val (idleP99, p99) = reader.p99s(idleSpan, span)
       BenchOut.line("drain", (Seq(
         "system" -> "baseline",
+        "label" -> label,
         "kind" -> KyuubiHome.Stock.label,
         "pods" -> size.pods,
         "finished_ago_s" -> FinishedAgoS,
@@ -317,7 +370,7 @@ object DrainBench {
         rates(ok) ++
         Seq(
           "drained" -> drained,
-          "drain_s_from_first_delete" -> (for (f <- firstAt; l <- lastPodAt) yield (l - f) / 1000.0),
+          "drain_s_from_first_delete" -> span.map(s => (s._2 - s._1) / 1000.0),
           "drain_s_from_server_start" -> lastPodAt.map(l => (l - start) / 1000.0),
           "pods_left" -> (size.pods - LagWorkload.deletedPods(all).size),
           "server_start_to_ready_s" -> (ready - start) / 1000.0,
@@ -329,19 +382,21 @@ object DrainBench {
           "first_round_of_raw" -> ofRaw(ok, raw).headOption.map(_._2).orNull,
           "second_round_deletes_per_s" -> (if (second.size < 2) Double.NaN
             else (second.size - 1) * 1000.0 / (second.map(_.atMillis).max - second.map(_.atMillis).min).max(1))) ++
-        reader.fields(idleSpan, for (f <- firstAt; l <- lastPodAt) yield (f, l)) ++
+        reader.fields(idleSpan, span) ++
         errors(all) ++
         Seq(
           "client_deletes" -> (failed + completed),
           "failed_to_delete_lines" -> failed,
           "warn_error_lines" -> loud,
           "create_s" -> createS,
-          "create_writes_per_s" -> size.pods * writesPerPod / createS,
-          "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
-          "smoke" -> (size == Smoke))): _*)
+          "create_writes_per_s" -> size.pods * writesPerPod / createS) ++
+        cpuFields ++
+        Seq("smoke" -> (size == Smoke))): _*)
+      FrontierPoint(label, None, deletesPerS(ok).getOrElse(Double.NaN), p99, idleP99, apiMs, etcdMs)
     } finally {
       scala.util.Try(server.kill())
       reader.close()
+      cpu.close()
     }
   }
 
@@ -349,42 +404,47 @@ object DrainBench {
   private def deletesPerS(ok: Seq[Recorded]): Option[Double] =
     rates(ok).collectFirst { case ("deletes_per_s", r: Double) if !r.isNaN => r }
 
-  /** `deletes_per_s` of these DELETEs (answered 200) over the raw client's. */
+  /** `deletes_per_s` of these DELETEs (answered 200) over the raw client's best. */
   private def ofRaw(ok: Seq[Recorded], raw: Option[Double]): Seq[(String, Any)] = {
     val rate = deletesPerS(ok).getOrElse(Double.NaN)
     Seq("of_raw" -> raw.filter(_ > 0).map(r => rate / r).getOrElse(Double.NaN))
   }
 
   /**
-   * The API server's capacity for these DELETEs: [[RawInFlight]] DELETEs in flight at once, of
-   * every listed pod, by a plain client under a ServiceAccount of its own (API Priority and
-   * Fairness treats it as it treats a Kyuubi server's). Returns its `deletes_per_s`.
+   * One point of the API server's curve: `inFlight` DELETEs in flight at once, of every listed pod,
+   * by a plain client under a ServiceAccount of its own (API Priority and Fairness treats it as it
+   * treats a Kyuubi server's).
    */
-  private def rawClient(apis: BenchApi.Pool, size: Size): Option[Double] = apis.use { api =>
-    val label = "raw"
+  private def rawClient(apis: BenchApi.Pool, size: Size, inFlight: Int): FrontierPoint = apis.use { api =>
+    val label = s"raw-$inFlight"
     val ns = s"drain-$label"
     BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
     val (createS, writesPerPod) = backlog(api, ns, size)
     val reader = new DrainReader(api, label)
-    val client = api.client(RawClient, RawInFlight)
+    val cpu = new ControlPlaneCpu(api)
+    val client = api.client(RawClient, inFlight)
     try {
-      val idleSpan = reader.idle()
-      val names = client.pods().inNamespace(ns).list().getItems.asScala.map(_.getMetadata.getName).toVector
-      BenchOut.progress(s"drain $label: deleting ${names.size} pods, $RawInFlight at a time")
-      val cpu0 = BenchApi.controlPlaneCpuSeconds(api)
+      val idleSpan = reader.idle(size.idleMs)
       val start = System.currentTimeMillis()
-      val failed = LagWorkload.parallel(names, RawInFlight) { n =>
-        scala.util.Try(client.pods().inNamespace(ns).withName(n).delete()).isFailure
-      }.count(identity)
+      val names = client.pods().inNamespace(ns).list().getItems.asScala.map(_.getMetadata.getName).toVector
+      BenchOut.progress(s"drain $label: deleting ${names.size} pods, $inFlight at a time")
+      val failed = polling(LagWorkload.deletedPods(deletes(api, ns, RawClient)).size) {
+        LagWorkload.parallel(names, inFlight) { n =>
+          scala.util.Try(client.pods().inNamespace(ns).withName(n).delete()).isFailure
+        }.count(identity)
+      }
       val end = System.currentTimeMillis()
-      val cpu1 = BenchApi.controlPlaneCpuSeconds(api)
       // Every DELETE answered before `parallel` returned, so the audit log has them all.
       val all = deletes(api, ns, RawClient)
       val ok = all.filter(_.status == 200)
       val span = if (ok.isEmpty) None else Some((ok.map(_.atMillis).min, ok.map(_.atMillis).max))
+      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (start, end), LagWorkload.deletedPods(all).size)
+      val (idleP99, p99) = reader.p99s(idleSpan, span)
       BenchOut.line("drain", (Seq(
         "system" -> "raw client",
-        "kind" -> s"$RawInFlight concurrent DELETEs (fabric8, ServiceAccount $RawClient)",
+        "label" -> label,
+        "kind" -> s"$inFlight concurrent DELETEs (fabric8, ServiceAccount $RawClient)",
+        "in_flight" -> inFlight,
         "pods" -> size.pods,
         "finished_ago_s" -> FinishedAgoS) ++
         apis.fields(api) ++
@@ -403,13 +463,14 @@ object DrainBench {
         errors(all) ++
         Seq(
           "create_s" -> createS,
-          "create_writes_per_s" -> size.pods * writesPerPod / createS,
-          "control_plane_cpu_s" -> BenchApi.delta(cpu0, cpu1),
-          "smoke" -> (size == Smoke))): _*)
-      deletesPerS(ok)
+          "create_writes_per_s" -> size.pods * writesPerPod / createS) ++
+        cpuFields ++
+        Seq("smoke" -> (size == Smoke))): _*)
+      FrontierPoint(label, Some(inFlight), deletesPerS(ok).getOrElse(Double.NaN), p99, idleP99, apiMs, etcdMs)
     } finally {
       client.close()
       reader.close()
+      cpu.close()
     }
   }
 }

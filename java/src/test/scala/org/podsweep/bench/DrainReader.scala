@@ -39,12 +39,17 @@ final class DrainReader(api: TestApi, label: String) extends AutoCloseable {
   thread.setDaemon(true)
   thread.start()
 
-  /** The baseline: GETs over [[DrainReader.IdleMs]] while nothing else runs; returns its span. */
-  def idle(): (Long, Long) = {
+  /** The baseline: GETs over `ms` while nothing else runs; returns its span. */
+  def idle(ms: Long = DrainReader.IdleMs): (Long, Long) = {
     val from = System.currentTimeMillis()
-    Thread.sleep(DrainReader.IdleMs)
+    Thread.sleep(ms)
     (from, System.currentTimeMillis())
   }
+
+  /** The p99 of the answered GETs over `idleSpan` and over `drain` (NaN without one). */
+  def p99s(idleSpan: (Long, Long), drain: Option[(Long, Long)]): (Double, Double) = (
+    BenchOut.percentile(within(idleSpan).filter(_._3).map(_._2), 99),
+    BenchOut.percentile(drain.map(within).getOrElse(Vector.empty).filter(_._3).map(_._2), 99))
 
   private def within(span: (Long, Long)): Seq[(Long, Double, Boolean)] =
     samples.asScala.iterator.filter { case (at, _, _) => at >= span._1 && at <= span._2 }.toVector
