@@ -319,24 +319,46 @@ async fn mirror_watch(
                 .replace(',', "%2C"),
         );
     }
-    let req = http::Request::get(url)
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    let body = client
-        .request_stream(req)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut lines = Box::pin(body).lines();
     let (mut bytes, mut events) = (0u64, 0u64);
-    while let Some(line) = lines.next().await {
-        let line = line.map_err(|e| e.to_string())?;
-        if line.contains(&sentinel) {
-            return Ok((bytes, events));
+    // An API server restarted a moment ago may not have `rv` in its watch cache yet: it answers
+    // with one ERROR event (too large resource version) and ends the watch. Nothing was sent
+    // before it, so the watch is opened again from the same version.
+    let give_up = Instant::now() + Duration::from_secs(60);
+    let mut last_error = String::new();
+    while Instant::now() < give_up {
+        let req = http::Request::get(url.clone())
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        let body = client
+            .request_stream(req)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut lines = Box::pin(body).lines();
+        while let Some(line) = lines.next().await {
+            let line = line.map_err(|e| e.to_string())?;
+            if line.contains(&sentinel) {
+                return Ok((bytes, events));
+            }
+            if line.contains("\"type\":\"ERROR\"") {
+                if events > 0 {
+                    return Err(format!(
+                        "the mirror watch failed after {events} events: {line}"
+                    ));
+                }
+                last_error = line;
+                break;
+            }
+            bytes += line.len() as u64 + 1;
+            events += 1;
         }
-        bytes += line.len() as u64 + 1;
-        events += 1;
+        if events > 0 {
+            return Err(format!(
+                "the mirror watch ended after {events} events, before the sentinel"
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Err("the mirror watch ended before the sentinel".into())
+    Err(format!("the mirror watch never started: {last_error}"))
 }
 
 async fn measure(
