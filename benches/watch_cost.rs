@@ -308,25 +308,29 @@ async fn mirror_watch(
     sentinel: String,
 ) -> Result<(u64, u64), String> {
     use futures::AsyncBufReadExt as _;
-    let mut url = format!(
-        "/api/v1/namespaces/{NS}/pods?watch=1&allowWatchBookmarks=false&labelSelector=kyuubi-unique-tag&resourceVersion={rv}"
+    let mut base = format!(
+        "/api/v1/namespaces/{NS}/pods?watch=1&allowWatchBookmarks=false&labelSelector=kyuubi-unique-tag"
     );
     if let Some(f) = selector {
-        url.push_str("&fieldSelector=");
-        url.push_str(
+        base.push_str("&fieldSelector=");
+        base.push_str(
             &f.replace('!', "%21")
                 .replace('=', "%3D")
                 .replace(',', "%2C"),
         );
     }
     let (mut bytes, mut events) = (0u64, 0u64);
-    // An API server restarted a moment ago may not have `rv` in its watch cache yet: it answers
-    // with one ERROR event (too large resource version) and ends the watch. Nothing was sent
-    // before it, so the watch is opened again from the same version.
-    let give_up = Instant::now() + Duration::from_secs(60);
-    let mut last_error = String::new();
+    // The API server may end a watch at any time: at once with one ERROR event when, restarted a
+    // moment ago, its watch cache is not yet at the version asked; later when it closes a watcher
+    // it finds slow while the churn keeps it busy. Like an informer, the watch is opened again
+    // from the last version it delivered (nothing is lost or counted twice); an ERROR after
+    // events (410: that version is gone) ends the measurement.
+    let give_up = Instant::now() + Duration::from_secs(900);
+    let (mut from, mut reopened, mut last_error) = (rv, 0u32, String::new());
     while Instant::now() < give_up {
-        let req = http::Request::get(url.clone())
+        let mut url = base.clone();
+        url.push_str(&format!("&resourceVersion={from}"));
+        let req = http::Request::get(url)
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
         let body = client
@@ -335,8 +339,17 @@ async fn mirror_watch(
             .map_err(|e| e.to_string())?;
         let mut lines = Box::pin(body).lines();
         while let Some(line) = lines.next().await {
-            let line = line.map_err(|e| e.to_string())?;
+            let line = match line {
+                Ok(l) => l,
+                Err(e) => {
+                    last_error = e.to_string();
+                    break;
+                }
+            };
             if line.contains(&sentinel) {
+                if reopened > 0 {
+                    eprintln!("[watch_cost] the mirror watch was opened again {reopened} time(s)");
+                }
                 return Ok((bytes, events));
             }
             if line.contains("\"type\":\"ERROR\"") {
@@ -348,17 +361,22 @@ async fn mirror_watch(
                 last_error = line;
                 break;
             }
+            if let Some(v) = serde_json::from_str::<Value>(&line).ok().and_then(|e| {
+                e["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned)
+            }) {
+                from = v;
+            }
             bytes += line.len() as u64 + 1;
             events += 1;
         }
-        if events > 0 {
-            return Err(format!(
-                "the mirror watch ended after {events} events, before the sentinel"
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        reopened += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Err(format!("the mirror watch never started: {last_error}"))
+    Err(format!(
+        "the mirror watch did not reach the sentinel ({events} events, opened {reopened} times): {last_error}"
+    ))
 }
 
 async fn measure(
