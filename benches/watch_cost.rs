@@ -14,7 +14,9 @@
 //!    two hours ago.
 //! 2. For each variant (`PODSWEEP_WATCH_COST_VARIANTS`, comma-separated; default: `default`;
 //!    `legacy`: `watch.phaseSelector` and `watch.streamingList` off; `no_selector`,
-//!    `no_streaming`: one of them off): the
+//!    `no_streaming`: one of them off; `before`: the daemon `PODSWEEP_WATCH_COST_BEFORE_BIN` names,
+//!    another build's, as it is configured by default, e.g. one from before the selector, the
+//!    streaming list and the slim decoding, its commit in `PODSWEEP_WATCH_COST_BEFORE_COMMIT`): the
 //!    API server is restarted (a fresh process, its watch cache filled from etcd), its peak RSS is
 //!    reset (`/proc/PID/clear_refs`), and the daemon (`podsweep --single-server`, this build's
 //!    binary) starts as the scope's leader, reaching the API server through a counting TCP proxy.
@@ -124,8 +126,32 @@ fn variant_conf(name: &str) -> Option<Vec<(&'static str, &'static str)>> {
         ]),
         "no_selector" => Some(vec![(WATCH_PHASE_SELECTOR, "false")]),
         "no_streaming" => Some(vec![(WATCH_STREAMING_LIST, "false")]),
+        // Another build's daemon with its own defaults (it may not know this build's keys).
+        "before" => Some(vec![]),
         _ => None,
     }
+}
+
+/// The daemon of a variant and the commit it was built from: `before` runs the build
+/// `PODSWEEP_WATCH_COST_BEFORE_BIN` names, every other variant this run's daemon.
+fn variant_daemon(name: &str) -> Result<(String, String), String> {
+    if name == "before" {
+        let bin = std::env::var("PODSWEEP_WATCH_COST_BEFORE_BIN").map_err(|_| {
+            "variant before: set PODSWEEP_WATCH_COST_BEFORE_BIN to another build's podsweep"
+                .to_owned()
+        })?;
+        if !std::path::Path::new(&bin).is_file() {
+            return Err(format!(
+                "variant before: PODSWEEP_WATCH_COST_BEFORE_BIN={bin} is not a file"
+            ));
+        }
+        let commit = std::env::var("PODSWEEP_WATCH_COST_BEFORE_COMMIT")
+            .map_err(|_| "variant before: set PODSWEEP_WATCH_COST_BEFORE_COMMIT to the commit it was built from".to_owned())?;
+        return Ok((bin, commit));
+    }
+    let commit = std::env::var("PODSWEEP_WATCH_COST_DAEMON_COMMIT")
+        .unwrap_or_else(|_| podsweep::build_info::COMMIT.to_owned());
+    Ok((bin(), commit))
 }
 
 async fn run(size: Size) -> Result<(), String> {
@@ -137,6 +163,7 @@ async fn run(size: Size) -> Result<(), String> {
         .collect();
     for v in &variants {
         variant_conf(v).ok_or_else(|| format!("unknown variant {v:?}"))?;
+        variant_daemon(v)?;
     }
     let flags: Vec<String> = std::env::var("PODSWEEP_WATCH_COST_KUBE_FLAGS")
         .unwrap_or_default()
@@ -172,7 +199,8 @@ async fn measure_all(
     );
     for (round, v) in variants.iter().enumerate() {
         let conf = variant_conf(v).unwrap_or_default();
-        let mut line = measure(kube, &token, size, &conf, round).await?;
+        let (daemon, daemon_commit) = variant_daemon(v)?;
+        let mut line = measure(kube, &token, size, &conf, &daemon, round).await?;
         line["variant"] = v.as_str().into();
         line["variant_conf"] = conf
             .iter()
@@ -186,9 +214,7 @@ async fn measure_all(
         line["terminated"] = size.terminated.into();
         line["churn_pods"] = size.churn.into();
         line["populate_s"] = round2(populate_s).into();
-        line["daemon_commit"] = std::env::var("PODSWEEP_WATCH_COST_DAEMON_COMMIT")
-            .unwrap_or_else(|_| podsweep::build_info::COMMIT.to_owned())
-            .into();
+        line["daemon_commit"] = daemon_commit.into();
         line["loadavg_1m"] = loadavg().into();
         common::bench::line("watch_cost", line);
     }
@@ -282,35 +308,75 @@ async fn mirror_watch(
     sentinel: String,
 ) -> Result<(u64, u64), String> {
     use futures::AsyncBufReadExt as _;
-    let mut url = format!(
-        "/api/v1/namespaces/{NS}/pods?watch=1&allowWatchBookmarks=false&labelSelector=kyuubi-unique-tag&resourceVersion={rv}"
+    let mut base = format!(
+        "/api/v1/namespaces/{NS}/pods?watch=1&allowWatchBookmarks=false&labelSelector=kyuubi-unique-tag"
     );
     if let Some(f) = selector {
-        url.push_str("&fieldSelector=");
-        url.push_str(
+        base.push_str("&fieldSelector=");
+        base.push_str(
             &f.replace('!', "%21")
                 .replace('=', "%3D")
                 .replace(',', "%2C"),
         );
     }
-    let req = http::Request::get(url)
-        .body(Vec::new())
-        .map_err(|e| e.to_string())?;
-    let body = client
-        .request_stream(req)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut lines = Box::pin(body).lines();
     let (mut bytes, mut events) = (0u64, 0u64);
-    while let Some(line) = lines.next().await {
-        let line = line.map_err(|e| e.to_string())?;
-        if line.contains(&sentinel) {
-            return Ok((bytes, events));
+    // The API server may end a watch at any time: at once with one ERROR event when, restarted a
+    // moment ago, its watch cache is not yet at the version asked; later when it closes a watcher
+    // it finds slow while the churn keeps it busy. Like an informer, the watch is opened again
+    // from the last version it delivered (nothing is lost or counted twice); an ERROR after
+    // events (410: that version is gone) ends the measurement.
+    let give_up = Instant::now() + Duration::from_secs(900);
+    let (mut from, mut reopened, mut last_error) = (rv, 0u32, String::new());
+    while Instant::now() < give_up {
+        let mut url = base.clone();
+        url.push_str(&format!("&resourceVersion={from}"));
+        let req = http::Request::get(url)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        let body = client
+            .request_stream(req)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut lines = Box::pin(body).lines();
+        while let Some(line) = lines.next().await {
+            let line = match line {
+                Ok(l) => l,
+                Err(e) => {
+                    last_error = e.to_string();
+                    break;
+                }
+            };
+            if line.contains(&sentinel) {
+                if reopened > 0 {
+                    eprintln!("[watch_cost] the mirror watch was opened again {reopened} time(s)");
+                }
+                return Ok((bytes, events));
+            }
+            if line.contains("\"type\":\"ERROR\"") {
+                if events > 0 {
+                    return Err(format!(
+                        "the mirror watch failed after {events} events: {line}"
+                    ));
+                }
+                last_error = line;
+                break;
+            }
+            if let Some(v) = serde_json::from_str::<Value>(&line).ok().and_then(|e| {
+                e["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned)
+            }) {
+                from = v;
+            }
+            bytes += line.len() as u64 + 1;
+            events += 1;
         }
-        bytes += line.len() as u64 + 1;
-        events += 1;
+        reopened += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Err("the mirror watch ended before the sentinel".into())
+    Err(format!(
+        "the mirror watch did not reach the sentinel ({events} events, opened {reopened} times): {last_error}"
+    ))
 }
 
 async fn measure(
@@ -318,6 +384,7 @@ async fn measure(
     token: &str,
     size: &Size,
     conf: &[(&str, &str)],
+    daemon_bin: &str,
     round: usize,
 ) -> Result<Value, String> {
     // A fresh API server for each variant: its memory starts from its watch cache alone.
@@ -346,7 +413,7 @@ async fn measure(
 
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let file = daemon_conf(kube, token, &proxy, conf);
-    let mut daemon = Daemon::start(&bin(), dir.path(), &file, LEADER).await?;
+    let mut daemon = Daemon::start(daemon_bin, dir.path(), &file, LEADER).await?;
     let started = Instant::now();
     // The list: from the first list started to watching.
     let mut list_started: Option<Instant> = None;

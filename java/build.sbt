@@ -49,7 +49,9 @@ lazy val root = (project in file("."))
     organization := "org.podsweep",
     repoRoot := baseDirectory.value.getParentFile,
     version := crateVersion(repoRoot.value),
-    scalaVersion := "2.12.20",
+    // Kyuubi's own Scala (the driver and the drop-in below need it): one compiler and one compiler
+    // bridge for the whole build, which a fresh machine compiles once, not once per version.
+    scalaVersion := "2.12.19",
     // Main code is Java only: no Scala suffix, no scala-library dependency in the published jar.
     crossPaths := false,
     autoScalaLibrary := false,

@@ -105,7 +105,12 @@ def result(line):
     failed = [l for l in runs if not l.get("pass")]
     if not failed:
         return "passed" if len(runs) == 1 else f"passed ({len(runs)} runs)"
-    return "FAILED" if len(runs) == 1 else f"FAILED ({len(failed)} of {len(runs)} runs)"
+    if len(runs) == 1:
+        return "FAILED"
+    # A failure stays on the page for good; the runs after the last one say whether it came back.
+    since = len(runs) - 1 - max(i for i, l in enumerate(runs) if not l.get("pass"))
+    after = f"; the {since} newest passed, from commit {commit(runs[-since])}" if since > 0 else ""
+    return f"FAILED ({len(failed)} of {len(runs)} runs{after})"
 
 
 def commit(line):
