@@ -22,10 +22,14 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
  *     the pods and deletes them all, under a ServiceAccount of its own, nothing else. Its points
  *     draw the curve the others are held against (`of_raw`, and the summary line);
  *  2. podsweep at its DEFAULT pace (adaptive: the in-flight limit follows the API server's
- *     answers, `maxInFlight` at most): a patched Kyuubi 1.12.0 server starts, its informer lists
- *     the pods, it becomes the scope's leader (ZooKeeper) and deletes what is overdue; measured
- *     until every pod is gone, the server is then closed. `PODSWEEP_BENCH_DRAIN_VARIANTS` adds
- *     podsweep runs with other keys (`label:key=value,key=value;label2:...`, keys under
+ *     answers, `maxInFlight` at most), twice. Judged: a patched Kyuubi 1.12.0 server starts on an
+ *     empty namespace and leads it (ZooKeeper); then the backlog is created, every pod finished
+ *     at its start and due [[Size.warmRetainMs]] later, all at once, so what is measured is
+ *     podsweep's pace from a server that is up, not the server's start. Beside it, `-cold`: the
+ *     server starts on the backlog, its informer lists the pods, it leads and deletes what is
+ *     overdue, while its JVM is still starting. Each measured until every pod is gone, the server
+ *     then closed; the server's own CPU is read too. `PODSWEEP_BENCH_DRAIN_VARIANTS` adds
+ *     podsweep runs (started before their backlog) with other keys (`label:key=value,key=value;label2:...`, keys under
  *     `kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.` unless they start with `kyuubi.`;
  *     e.g. `ceiling-100:rateLimit.qps=100`), each judged against the curve too;
  *  3. stock Kyuubi 1.12.0: one server starts over the same backlog. It marks every terminated pod
@@ -42,8 +46,8 @@ import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, Tes
  * ([[DrainReader]]): its p99 over the drain (first to last pod deleted), against its p99 over
  * [[Size.idleMs]] before the run started, is what the drain costs other clients. The CPU of
  * kube-apiserver and etcd, each read by its own PID ([[ControlPlaneCpu]]), is given per cleaned
- * pod over the contender's whole run (raw: list and DELETEs; Kyuubi: server start to close), net
- * of their use while only the reader ran.
+ * pod over the contender's whole run (raw: list and DELETEs; Kyuubi: server start to close, or for
+ * a warm start from a second before the pods were due), net of their use while only the reader ran.
  *
  * The API server is a real kube-apiserver (scripts/kube); every figure about DELETEs comes from
  * its audit log: `requestReceivedTimestamp` and the answer code of each DELETE sent with the
@@ -71,7 +75,12 @@ object DrainBench {
       /** The reader's idle span before each run. */
       idleMs: Long,
       /** DELETEs in flight of the raw client's runs: the curve's points. */
-      rawLevels: Seq[Int])
+      rawLevels: Seq[Int],
+      /**
+       * The retain period of podsweep's runs that start before their backlog ([[Warm]]): long
+       * enough for the whole backlog to be created and observed before the first pod is due.
+       */
+      warmRetainMs: Long)
 
   /**
    * 3,000 pods: with a fresh API server, the backlog, the reader's idle span and Kyuubi's start for
@@ -81,15 +90,17 @@ object DrainBench {
   val Full = Size(
     pods = sys.env.get("PODSWEEP_BENCH_DRAIN_PODS").flatMap(s => scala.util.Try(s.trim.toInt).toOption).filter(_ > 0).getOrElse(3000),
     retainMs = 10000, checkIntervalMs = 1000, drainTimeoutMs = 15 * 60 * 1000L, createThreads = 8,
-    quietExtraMs = 3000, settleMs = 2000, idleMs = DrainReader.IdleMs, rawLevels = Seq(1, 2, 4, 8, 16, 32))
+    quietExtraMs = 3000, settleMs = 2000, idleMs = DrainReader.IdleMs, rawLevels = Seq(1, 2, 4, 8, 16, 32),
+    warmRetainMs = 75000)
   val Smoke = Size(pods = 100, retainMs = 2000, checkIntervalMs = 1000, drainTimeoutMs = 60000, createThreads = 8,
-    quietExtraMs = 1000, settleMs = 500, idleMs = 2000, rawLevels = Seq(1, 32))
+    quietExtraMs = 1000, settleMs = 500, idleMs = 2000, rawLevels = Seq(1, 32), warmRetainMs = 20000)
 
   /** When the pods' driver containers finished: long before the run (all overdue). */
   val FinishedAgoS = 3600L
 
   private val RawClient = "drain-raw"
   val DefaultLabel = "podsweep-default"
+  val ColdLabel = "podsweep-default-cold"
   val VariantsEnv = "PODSWEEP_BENCH_DRAIN_VARIANTS"
 
   private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
@@ -104,8 +115,8 @@ object DrainBench {
         case Array(l, k) => (l.trim, k)
         case _ => throw new IllegalArgumentException(s"$VariantsEnv: '$v' is not label:key=value,...")
       }
-      require(label.matches("[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?") && label != DefaultLabel,
-        s"$VariantsEnv: label '$label' must be a DNS label of at most 32 characters, not $DefaultLabel")
+      require(label.matches("[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?") && label != DefaultLabel && label != ColdLabel,
+        s"$VariantsEnv: label '$label' must be a DNS label of at most 32 characters, not $DefaultLabel or $ColdLabel")
       label -> kvs.split(",").map(_.trim).filter(_.nonEmpty).map { kv =>
         kv.split("=", 2) match {
           case Array(k, x) if k.trim.nonEmpty => (if (k.trim.startsWith("kyuubi.")) k.trim else P + k.trim) -> x.trim
@@ -123,8 +134,11 @@ object DrainBench {
     try {
       val raw = size.rawLevels.map(n => rawClient(apis, size, n))
       val best = raw.map(_.rate).filterNot(_.isNaN).reduceOption(_ max _)
-      val ours = (DefaultLabel -> Map.empty[String, String]) +: extra
-      val others = ours.map { case (label, keys) => podsweep(apis, zk, size, label, keys, best) } :+ stock(apis, size, best)
+      // The default judged (warm), the same from a cold start beside it, then the variants (warm).
+      val ours = Seq((DefaultLabel, Map.empty[String, String], true), (ColdLabel, Map.empty[String, String], false)) ++
+        extra.map { case (l, k) => (l, k, true) }
+      val others = ours.map { case (label, keys, warm) => podsweep(apis, zk, size, label, keys, best, warm) } :+
+        stock(apis, size, best)
       val points = raw ++ others
       BenchOut.line("drain", (Seq("pods" -> size.pods) ++ apis.choice.fallback.map("api_server_fallback" -> _) ++
         Seq("api_server" -> points.headOption.map(_ => apis.lastName).orNull) ++
@@ -135,11 +149,14 @@ object DrainBench {
     }
   }
 
-  /** The backlog: `pods` driver pods whose containers finished [[FinishedAgoS]] ago (every third Failed). */
-  private def backlog(api: TestApi, ns: String, size: Size): (Double, Int) = {
+  /**
+   * The backlog: `pods` driver pods whose containers finished at `finished` (every third Failed),
+   * [[FinishedAgoS]] ago unless given.
+   */
+  private def backlog(api: TestApi, ns: String, size: Size,
+      finished: Instant = Instant.now().minusSeconds(FinishedAgoS).truncatedTo(ChronoUnit.SECONDS)): (Double, Int) = {
     val admin = api.client("drain-admin")
     try {
-      val finished = Instant.now().minusSeconds(FinishedAgoS).truncatedTo(ChronoUnit.SECONDS)
       val t0 = System.nanoTime()
       LagWorkload.parallel(0 until size.pods, size.createThreads) { i =>
         // Created Pending (a real API server keeps no other status on create), then the status a
@@ -216,32 +233,70 @@ object DrainBench {
     "server_errors_5xx" -> ds.count(_.status >= 500),
     "other_errors" -> ds.count(d => d.status != 200 && d.status != 404 && d.status != 409 && d.status != 429 && d.status < 500))
 
+  /**
+   * podsweep in a patched Kyuubi server draining the backlog. `warm`: the server starts first, on
+   * an empty namespace, and leads it before the backlog is created; the pods finished at the
+   * backlog's start and [[Size.warmRetainMs]] later they are all due at once, so the drain is
+   * podsweep's pace from a server that is already up (as after a failover, or a retain period
+   * that ends for many pods at once), not the server's own start (its JVM's class loading and
+   * compilation, the informer's first list) competing with it for the cores. Otherwise (`cold`)
+   * the backlog is there when the server starts, as at a fleet's first roll-out.
+   */
   private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, label: String,
-      keys: Map[String, String], raw: Option[Double]): FrontierPoint = apis.use { api =>
+      keys: Map[String, String], raw: Option[Double], warm: Boolean): FrontierPoint = apis.use { api =>
     val ns = s"drain-$label"
-    BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
-    val (createS, writesPerPod) = backlog(api, ns, size)
+    val retainMs = if (warm) size.warmRetainMs else size.retainMs
     val reader = new DrainReader(api, label)
     val cpu = new ControlPlaneCpu(api)
+    var backlogMade: Option[(Double, Int)] = None
+    if (!warm) {
+      BenchOut.progress(s"drain $label: creating ${size.pods} overdue terminated driver pods on ${api.name}")
+      backlogMade = Some(backlog(api, ns, size))
+    }
     val idleSpan = reader.idle(size.idleMs)
-    BenchOut.progress(f"drain $label: created in $createS%.1f s (${size.pods / createS}%.0f pods/s); starting a patched Kyuubi server")
-    val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs) ++
+    BenchOut.progress(s"drain $label: starting a patched Kyuubi server (${if (warm) "before its backlog" else "on its backlog"})")
+    val conf = KyuubiServer.conf(Server, api, Seq(ns), retainMs, checkIntervalMs = size.checkIntervalMs) ++
       Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++ keys
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
+    if (warm) {
+      // The scope comes to be when the server's informer sees a driver pod of the namespace: one
+      // that never ends (Pending, no kubelet here), so the server leads before the backlog.
+      val admin = api.client("drain-admin")
+      try api.createPod(admin, ns, KyuubiPods.driver("spark-driver-seed", phase = "Pending")) finally admin.close()
+    }
     val start = System.currentTimeMillis()
-    val server = new KyuubiServer(Server, KyuubiHome.Patched, conf, logDir, heapMb = 1024)
+    val server = new KyuubiServer(Server, KyuubiHome.Patched, conf, logDir, heapMb = 1024, onStart = cpu.follow)
     try {
       val ready = System.currentTimeMillis()
       var leaderAt: Option[Long] = None
-      val deadline = start + size.drainTimeoutMs
       await(label, start + 120000) {
         if (leaderAt.isEmpty && server.isLeader(ns)) leaderAt = Some(System.currentTimeMillis())
         leaderAt.isDefined
       }(s"no leader yet")
       require(leaderAt.isDefined, s"drain $label: $Server not leading $ns after 120 s (log: ${server.logFile})")
-      await(label, start + 120000)(deletes(api, ns).nonEmpty)("no DELETE yet")
+      // Warm: the backlog now, all of it due together once the retain period has passed.
+      var dueAt: Option[Long] = None
+      var trackedAtDue: Option[Long] = None
+      var createdBeforeDueS: Option[Double] = None
+      if (warm) {
+        val finished = Instant.ofEpochMilli(System.currentTimeMillis()).truncatedTo(ChronoUnit.SECONDS)
+        val due = finished.toEpochMilli + retainMs
+        BenchOut.progress(s"drain $label: creating ${size.pods} terminated driver pods, due ${retainMs / 1000} s after they finished")
+        backlogMade = Some(backlog(api, ns, size, finished))
+        val made = System.currentTimeMillis()
+        createdBeforeDueS = Some((due - made) / 1000.0)
+        require(made < due, s"drain $label: creating the backlog took past its due time (${(made - due) / 1000.0} s late): " +
+          s"raise Size.warmRetainMs (${size.warmRetainMs} ms)")
+        // Every pod observed (tracked) before any is due, so the drain starts with all of them.
+        await(label, due)(server.status(ns).number("tracked") >= size.pods)(s"${server.status(ns).number("tracked")} pods tracked")
+        trackedAtDue = Some(server.status(ns).number("tracked"))
+        dueAt = Some(due)
+      }
+      val deadline = System.currentTimeMillis() + size.drainTimeoutMs
+      val firstBy = dueAt.getOrElse(start) + 120000
+      await(label, firstBy)(deletes(api, ns).nonEmpty)("no DELETE yet")
       val firstAt = deletes(api, ns).headOption.map(_.atMillis)
-        .getOrElse(throw new IllegalStateException(s"drain $label: no DELETE within 120 s of the start (log: ${server.logFile})"))
+        .getOrElse(throw new IllegalStateException(s"drain $label: no DELETE within 120 s (log: ${server.logFile})"))
       def deletedPods: Int = LagWorkload.deletedPods(deletes(api, ns)).size
       // The adaptive limit and the DELETEs in flight, as the scope reports them, while it drains.
       val limits = Vector.newBuilder[(Long, Long)]
@@ -260,18 +315,24 @@ object DrainBench {
       val ok = all.filter(_.status == 200)
       val lastPodAt = if (drained) Some(ok.map(_.atMillis).max) else None
       val span = lastPodAt.map(l => (firstAt, l))
-      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (start, end), LagWorkload.deletedPods(all).size)
+      // Warm: the cost from a second before the pods were due (the server's start and the backlog's
+      // creation left out); cold: from the server's start, its informer's list included.
+      val runFrom = dueAt.map(_ - 1000).getOrElse(start)
+      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (runFrom, end), LagWorkload.deletedPods(all).size, span)
       val (idleP99, p99) = reader.p99s(idleSpan, span)
       val seen = limits.result()
       def stat(xs: Seq[Long]): ListMap[String, Any] =
         ListMap("p50" -> BenchOut.percentile(xs.map(_.toDouble), 50), "max" -> (if (xs.isEmpty) None else Some(xs.max)))
+      val (createS, writesPerPod) = backlogMade.getOrElse((Double.NaN, 0))
       BenchOut.line("drain", (Seq(
         "system" -> "podsweep",
         "label" -> label,
         "kind" -> KyuubiHome.Patched.label,
+        "start" -> (if (warm) "warm: the server led the namespace before its backlog was created; all pods due at once"
+          else "cold: the backlog was there when the server started"),
         "pods" -> size.pods,
-        "finished_ago_s" -> FinishedAgoS,
-        "retain_ms" -> size.retainMs,
+        "finished_ago_s" -> (if (warm) None else Some(FinishedAgoS)),
+        "retain_ms" -> retainMs,
         "backend" -> zk.name,
         "rate_limit" -> (if (keys.isEmpty) "default (adaptive)" else keys.map { case (k, v) => s"${k.stripPrefix(P)}=$v" }.mkString(", ")),
         "inflight_limit_seen" -> stat(seen.map(_._1)),
@@ -287,6 +348,10 @@ object DrainBench {
           "drained" -> drained,
           "drain_s_from_first_delete" -> lastPodAt.map(l => (l - firstAt) / 1000.0),
           "drain_s_from_server_start" -> lastPodAt.map(l => (l - start) / 1000.0),
+          "drain_s_from_due" -> (for (d <- dueAt; l <- lastPodAt) yield (l - d) / 1000.0),
+          "first_delete_s_after_due" -> dueAt.map(d => (firstAt - d) / 1000.0),
+          "backlog_created_s_before_due" -> createdBeforeDueS,
+          "tracked_at_due" -> trackedAtDue,
           "pods_left" -> (size.pods - LagWorkload.deletedPods(all).size),
           "server_start_to_ready_s" -> (ready - start) / 1000.0,
           "server_start_to_leader_s" -> leaderAt.map(l => (l - start) / 1000.0),
@@ -301,7 +366,9 @@ object DrainBench {
           "podsweep_outcomes" -> ListMap(outcomes.toSeq.sortBy(_._1): _*),
           "warn_error_lines" -> loud,
           "create_s" -> createS,
-          "create_writes_per_s" -> size.pods * writesPerPod / createS) ++
+          "create_writes_per_s" -> size.pods * writesPerPod / createS,
+          "cpu_measured_from" -> (if (warm) "a second before the pods were due, to the server's close"
+            else "the server's start, to its close")) ++
         cpuFields ++
         Seq("smoke" -> (size == Smoke))): _*)
       FrontierPoint(label, None, deletesPerS(ok).getOrElse(Double.NaN), p99, idleP99, apiMs, etcdMs)
@@ -324,7 +391,7 @@ object DrainBench {
     val conf = KyuubiServer.conf(Server, api, Seq(ns), size.retainMs, checkIntervalMs = size.checkIntervalMs)
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
     val start = System.currentTimeMillis()
-    val server = new KyuubiServer(Server, KyuubiHome.Stock, conf, logDir, heapMb = 1024)
+    val server = new KyuubiServer(Server, KyuubiHome.Stock, conf, logDir, heapMb = 1024, onStart = cpu.follow)
     try {
       val ready = System.currentTimeMillis()
       val deadline = start + size.drainTimeoutMs
@@ -351,7 +418,7 @@ object DrainBench {
       val span = for (f <- firstAt; l <- lastPodAt) yield (f, l)
       val second = all.filter(_.status == 404)
       // Both rounds are its cost: CPU over the whole run, per pod cleaned.
-      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (start, end), LagWorkload.deletedPods(all).size)
+      val (cpuFields, apiMs, etcdMs) = cpu.fields(idleSpan, (start, end), LagWorkload.deletedPods(all).size, span)
       val (idleP99, p99) = reader.p99s(idleSpan, span)
       BenchOut.line("drain", (Seq(
         "system" -> "baseline",

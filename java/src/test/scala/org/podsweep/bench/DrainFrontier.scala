@@ -115,8 +115,9 @@ object DrainFrontier {
 
 /**
  * CPU seconds (utime + stime, /proc/PID/stat) of the real API server's kube-apiserver and etcd, each
- * read by its own PID, sampled every [[ControlPlaneCpu.PeriodMs]] from creation until [[close]].
- * Empty for a test API server. A span's use is interpolated between the samples around its ends.
+ * read by its own PID, and of the contender's own process once [[follow]] names it (a Kyuubi
+ * server: 0 before it started, its last reading after it ended), sampled every [[ControlPlaneCpu.PeriodMs]] from creation until [[close]]. Empty for a
+ * test API server. A span's use is interpolated between the samples around its ends.
  */
 final class ControlPlaneCpu(api: TestApi) extends AutoCloseable {
   import ControlPlaneCpu._
@@ -126,15 +127,28 @@ final class ControlPlaneCpu(api: TestApi) extends AutoCloseable {
       Try(new String(Files.readAllBytes(k.dir.resolve("etcd.pid"))).trim.toLong).toOption.map(e => (k.apiserverPid, e))
     case _ => None
   }
-  /** (wall ms, kube-apiserver s, etcd s) */
-  private val samples = new ConcurrentLinkedQueue[(Long, Double, Double)]()
+  /** (wall ms, kube-apiserver s, etcd s, the client's s) */
+  private val samples = new ConcurrentLinkedQueue[(Long, Double, Double, Double)]()
   @volatile private var running = pids.isDefined
 
   /** The command names of the two PIDs (`kube-apiserver`, `etcd`): what was read. */
   val commands: Option[(String, String)] = pids.map { case (a, e) => (comm(a), comm(e)) }
 
-  private def sample(): Unit = pids.foreach { case (a, e) =>
-    for (x <- cpuSeconds(a); y <- cpuSeconds(e)) samples.add((System.currentTimeMillis(), x, y))
+  @volatile private var client: Option[Long] = None
+  @volatile private var clientLast = 0.0
+
+  /** Reads `pid`'s CPU too from now on: the contender's own process, started after this. */
+  def follow(pid: Long): Unit = {
+    client = Some(pid)
+    sample()
+  }
+
+  // One at a time, so that the samples stay in the order of their times.
+  private def sample(): Unit = synchronized {
+    pids.foreach { case (a, e) =>
+      client.flatMap(cpuSeconds).foreach(x => clientLast = x)
+      for (x <- cpuSeconds(a); y <- cpuSeconds(e)) samples.add((System.currentTimeMillis(), x, y, clientLast))
+    }
   }
 
   sample()
@@ -147,41 +161,53 @@ final class ControlPlaneCpu(api: TestApi) extends AutoCloseable {
   thread.setDaemon(true)
   if (running) thread.start()
 
-  /** (kube-apiserver s, etcd s) used at `at`, interpolated; None before the first sample. */
-  private def at(at: Long): Option[(Double, Double)] = {
+  /** (kube-apiserver s, etcd s, client s) used at `at`, interpolated; None before the first sample. */
+  private def at(at: Long): Option[(Double, Double, Double)] = {
     val s = samples.asScala.toVector
     val after = s.indexWhere(_._1 >= at)
     if (s.isEmpty || at < s.head._1) None
-    else if (after < 0) Some((s.last._2, s.last._3))
-    else if (after == 0) Some((s.head._2, s.head._3))
+    else if (after < 0) Some((s.last._2, s.last._3, s.last._4))
+    else if (after == 0) Some((s.head._2, s.head._3, s.head._4))
     else {
-      val (t0, a0, e0) = s(after - 1)
-      val (t1, a1, e1) = s(after)
+      val (t0, a0, e0, c0) = s(after - 1)
+      val (t1, a1, e1, c1) = s(after)
       val f = if (t1 == t0) 1.0 else (at - t0).toDouble / (t1 - t0)
-      Some((a0 + (a1 - a0) * f, e0 + (e1 - e0) * f))
+      Some((a0 + (a1 - a0) * f, e0 + (e1 - e0) * f, c0 + (c1 - c0) * f))
     }
   }
 
-  /** CPU seconds of each over `[from, to]` (wall ms). */
-  def between(from: Long, to: Long): Option[(Double, Double)] = {
+  /** CPU seconds of each (kube-apiserver, etcd, client) over `[from, to]` (wall ms). */
+  def between(from: Long, to: Long): Option[(Double, Double, Double)] = {
     sample()
-    for (a <- at(from); b <- at(to)) yield (b._1 - a._1, b._2 - a._2)
+    for (a <- at(from); b <- at(to)) yield (b._1 - a._1, b._2 - a._2, b._3 - a._3)
   }
 
   /**
    * The line's fields for a run over `run` whose reader was idle over `idle`, having cleaned `pods`:
    * CPU seconds of each over the run, their idle rate (the reader's GETs and the servers' own
-   * background), and the run's CPU net of that idle rate, in ms per pod cleaned.
+   * background), and the run's CPU net of that idle rate, in ms per pod cleaned. With a client
+   * process, also its CPU over the run and the cores it used over `drain` (first to last pod
+   * deleted), beside the API server's and etcd's there.
    */
-  def fields(idle: (Long, Long), run: (Long, Long), pods: Int): (Seq[(String, Any)], Option[Double], Option[Double]) = {
+  def fields(idle: (Long, Long), run: (Long, Long), pods: Int,
+      drain: Option[(Long, Long)] = None): (Seq[(String, Any)], Option[Double], Option[Double]) = {
     val idleUse = between(idle._1, idle._2)
     val runUse = between(run._1, run._2)
     val idleS = (idle._2 - idle._1) / 1000.0
     val runS = (run._2 - run._1) / 1000.0
-    def net(pick: ((Double, Double)) => Double): Option[Double] =
+    def net(pick: ((Double, Double, Double)) => Double): Option[Double] =
       for (i <- idleUse; r <- runUse if pods > 0 && idleS > 0) yield (pick(r) - pick(i) / idleS * runS) * 1000.0 / pods
     val apiserver = net(_._1)
     val etcd = net(_._2)
+    def finite(d: Double): Option[Double] = Some(d).filterNot(x => x.isNaN || x.isInfinite)
+    val drainUse = for (d <- drain if d._2 > d._1; u <- between(d._1, d._2)) yield (u, (d._2 - d._1) / 1000.0)
+    val clientFields = if (client.isEmpty) Nil else Seq(
+      "client_cpu_source" -> client.map(p => s"/proc/$p/stat utime+stime of ${comm(p)} (the contender's server process)"),
+      "client_cpu_s" -> runUse.flatMap(u => finite(u._3)),
+      "client_cpu_ms_per_pod" -> runUse.flatMap(u => finite(u._3 * 1000.0 / pods)).filter(_ => pods > 0),
+      "client_cores_in_drain" -> drainUse.flatMap { case (u, s) => finite(u._3 / s) },
+      "apiserver_cores_in_drain" -> drainUse.map { case (u, s) => u._1 / s },
+      "etcd_cores_in_drain" -> drainUse.map { case (u, s) => u._2 / s })
     (Seq(
       "cpu_source" -> commands.map { case (a, e) => s"/proc/PID/stat utime+stime of $a and $e, each by its own PID" },
       "cpu_run_s" -> runS,
@@ -190,7 +216,7 @@ final class ControlPlaneCpu(api: TestApi) extends AutoCloseable {
       "apiserver_idle_cpu_s_per_s" -> idleUse.map(_._1 / idleS),
       "etcd_idle_cpu_s_per_s" -> idleUse.map(_._2 / idleS),
       "apiserver_cpu_ms_per_pod" -> apiserver,
-      "etcd_cpu_ms_per_pod" -> etcd), apiserver, etcd)
+      "etcd_cpu_ms_per_pod" -> etcd) ++ clientFields, apiserver, etcd)
   }
 
   override def close(): Unit = {

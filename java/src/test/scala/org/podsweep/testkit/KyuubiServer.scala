@@ -148,6 +148,7 @@ final case class KyuubiAppInfo(state: String, podName: Option[String], id: Optio
  *             leaves the jar out, as an operator who forgot it would
  * @param jvmOptions more options of the server's JVM (e.g. `-Dcom.sun.management.jmxremote.port`)
  * @param log4jLines more lines of the server's log4j2 properties (e.g. a logger's level)
+ * @param onStart called with the process id as soon as the process has started, before it is ready
  */
 final class KyuubiServer(
     val name: String,
@@ -159,7 +160,8 @@ final class KyuubiServer(
     nativePath: Option[String] = None,
     podsweepClassPath: Option[Seq[File]] = None,
     jvmOptions: Seq[String] = Nil,
-    log4jLines: Seq[String] = Nil) extends FleetServer {
+    log4jLines: Seq[String] = Nil,
+    onStart: Long => Unit = _ => ()) extends FleetServer {
   import KyuubiServer._
 
   val logFile: Path = logDir.resolve(s"$name.log")
@@ -186,9 +188,11 @@ final class KyuubiServer(
       s"-Dlog4j2.configurationFile=${log4j.toAbsolutePath}",
       s"-Dpodsweep.native.path=${nativePath.orElse(KyuubiHome.nativeLibrary.map(_.getAbsolutePath)).getOrElse("")}") ++
       jvmOptions ++ Seq("-cp", cp, "org.podsweep.kyuubi.KyuubiProcess") ++ mode.flag.toSeq ++ Seq(confFile.toAbsolutePath.toString)
-    new ProcessBuilder(cmd: _*)
+    val started = new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))
       .start()
+    onStart(pidOf(started))
+    started
   }
   private val replies = new LinkedBlockingQueue[String]()
   private val reader = {
@@ -213,6 +217,9 @@ final class KyuubiServer(
   @volatile private var ended = false
 
   def alive: Boolean = process.isAlive
+
+  /** `Process.pid()`, called by reflection: the test code is compiled for Java 8's API. */
+  private def pidOf(p: Process): Long = classOf[Process].getMethod("pid").invoke(p).asInstanceOf[java.lang.Long].longValue
 
   private def reply(prefix: String, timeoutMs: Long): String = {
     val line = replies.poll(timeoutMs, TimeUnit.MILLISECONDS)
