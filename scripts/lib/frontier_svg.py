@@ -4,7 +4,7 @@ Reads the JSON lines of `scripts/bench drain` (one per contender and the summary
 `"system": "frontier"`): the raw client's points, joined in order of rate from the curve's origin
 (rate 0 at the raw runs' median idle p99), are the API server's curve; the band above it is the
 summary's tolerance (1.1 x the curve); podsweep's runs and stock Kyuubi are marked points.
-With a second file (`--before`), its curve and podsweep's default point are drawn too, in grey:
+With a second file (`--before`), its curve and its judged point are drawn too, in grey:
 the same bench at another commit.
 
 Usage: python3 scripts/lib/frontier_svg.py OUT.svg RUN.jsonl [--before BEFORE.jsonl]
@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape
 W, H = 960, 600
 LX, LY, LW, LH = 90, 96, 600, 420  # the plot area
 INK, GREY, BAND = "#222222", "#9a9a9a", "#d6e4f5"
-MARKS = {"podsweep-default": "#d62728", "stock": "#2ca02c"}
+MARKS = {"podsweep-daemon": "#d62728", "podsweep-default": "#d62728", "stock": "#2ca02c"}
 OTHER = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#ff7f0e"]
 
 
@@ -134,7 +134,7 @@ def main(argv):
 
     if before:
         for c in before["contenders"]:
-            if c["label"] == "podsweep-default":
+            if c["label"] == before["summary"].get("judged", "podsweep-default"):
                 mark(c, GREY, hollow=True, suffix=f" before ({before['stamp'].get('commit', '?')[:7]})")
     others = 0
     for c in run["contenders"]:

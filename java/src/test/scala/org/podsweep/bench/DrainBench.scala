@@ -10,7 +10,7 @@ import scala.collection.JavaConverters._
 import io.fabric8.kubernetes.api.model.Pod
 import org.apache.curator.test.TestingServer
 import org.podsweep.demo.Phases
-import org.podsweep.testkit.{KyuubiHome, KyuubiPods, KyuubiServer, Recorded, TestApi, ZooKeeperBackend}
+import org.podsweep.testkit.{FleetServer, KyuubiHome, KyuubiPods, KyuubiServer, PodsweepDaemon, Recorded, TestApi, ZooKeeperBackend}
 
 /**
  * `drain`: a backlog of overdue terminated driver pods (their containers finished an hour ago, far
@@ -99,8 +99,19 @@ object DrainBench {
   val FinishedAgoS = 3600L
 
   private val RawClient = "drain-raw"
-  val DefaultLabel = "podsweep-default"
-  val ColdLabel = "podsweep-default-cold"
+  /** The judged contender: podsweep's default pace in the daemon. */
+  val DefaultLabel = "podsweep-daemon"
+  val PatchedLabel = "podsweep-patched"
+  val ColdLabel = "podsweep-patched-cold"
+
+  /** How a podsweep contender runs. */
+  sealed abstract class How(val warm: Boolean, val what: String)
+  /** The daemon (self-watch), started before its backlog. */
+  case object DaemonWarm extends How(true, "the podsweep daemon (self-watch)")
+  /** A patched Kyuubi 1.12.0 server (Kyuubi's informer feeds podsweep), started before its backlog. */
+  case object PatchedWarm extends How(true, "a patched Kyuubi server")
+  /** A patched Kyuubi 1.12.0 server started on its backlog. */
+  case object PatchedCold extends How(false, "a patched Kyuubi server")
   val VariantsEnv = "PODSWEEP_BENCH_DRAIN_VARIANTS"
 
   private val P = "kyuubi.kubernetes.spark.cleanupTerminatedDriverPod."
@@ -115,8 +126,8 @@ object DrainBench {
         case Array(l, k) => (l.trim, k)
         case _ => throw new IllegalArgumentException(s"$VariantsEnv: '$v' is not label:key=value,...")
       }
-      require(label.matches("[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?") && label != DefaultLabel && label != ColdLabel,
-        s"$VariantsEnv: label '$label' must be a DNS label of at most 32 characters, not $DefaultLabel or $ColdLabel")
+      require(label.matches("[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?") && !Seq(DefaultLabel, PatchedLabel, ColdLabel).contains(label),
+        s"$VariantsEnv: label '$label' must be a DNS label of at most 32 characters, not $DefaultLabel, $PatchedLabel or $ColdLabel")
       label -> kvs.split(",").map(_.trim).filter(_.nonEmpty).map { kv =>
         kv.split("=", 2) match {
           case Array(k, x) if k.trim.nonEmpty => (if (k.trim.startsWith("kyuubi.")) k.trim else P + k.trim) -> x.trim
@@ -129,15 +140,17 @@ object DrainBench {
     val size = if (smoke) Smoke else Full
     val extra = variants(sys.env.getOrElse(VariantsEnv, ""))
     KyuubiHome.patchedMissing.foreach(w => throw new IllegalStateException(s"drain needs patched Kyuubi 1.12.0: $w"))
+    PodsweepDaemon.missing.foreach(w => throw new IllegalStateException(s"drain needs the podsweep daemon: $w"))
     val apis = new BenchApi.Pool(BenchApi.choose("drain", fallback = "pods-api"), shared = smoke)
     val zk = new ZooKeeperBackend(new TestingServer(true), sessionTimeoutMs = SessionTimeoutMs)
     try {
       val raw = size.rawLevels.map(n => rawClient(apis, size, n))
       val best = raw.map(_.rate).filterNot(_.isNaN).reduceOption(_ max _)
-      // The default judged (warm), the same from a cold start beside it, then the variants (warm).
-      val ours = Seq((DefaultLabel, Map.empty[String, String], true), (ColdLabel, Map.empty[String, String], false)) ++
-        extra.map { case (l, k) => (l, k, true) }
-      val others = ours.map { case (label, keys, warm) => podsweep(apis, zk, size, label, keys, best, warm) } :+
+      // The default judged (the daemon), the same in a patched Kyuubi server started before and on
+      // its backlog, then the variants (daemons).
+      val ours = Seq((DefaultLabel, Map.empty[String, String], DaemonWarm), (PatchedLabel, Map.empty[String, String], PatchedWarm),
+        (ColdLabel, Map.empty[String, String], PatchedCold)) ++ extra.map { case (l, k) => (l, k, DaemonWarm) }
+      val others = ours.map { case (label, keys, how) => podsweep(apis, zk, size, label, keys, best, how) } :+
         stock(apis, size, best)
       val points = raw ++ others
       BenchOut.line("drain", (Seq("pods" -> size.pods) ++ apis.choice.fallback.map("api_server_fallback" -> _) ++
@@ -234,16 +247,18 @@ object DrainBench {
     "other_errors" -> ds.count(d => d.status != 200 && d.status != 404 && d.status != 409 && d.status != 429 && d.status < 500))
 
   /**
-   * podsweep in a patched Kyuubi server draining the backlog. `warm`: the server starts first, on
-   * an empty namespace, and leads it before the backlog is created; the pods finished at the
-   * backlog's start and [[Size.warmRetainMs]] later they are all due at once, so the drain is
-   * podsweep's pace from a server that is already up (as after a failover, or a retain period
-   * that ends for many pods at once), not the server's own start (its JVM's class loading and
-   * compilation, the informer's first list) competing with it for the cores. Otherwise (`cold`)
-   * the backlog is there when the server starts, as at a fleet's first roll-out.
+   * podsweep draining the backlog, in the daemon or in a patched Kyuubi server (`how`). Warm: the
+   * server starts first, with one driver pod that never ends in the namespace, and leads it
+   * before the backlog is created; the pods finished at the backlog's start and
+   * [[Size.warmRetainMs]] later they are all due at once, so the drain is podsweep's pace from a
+   * server that is already up (as after a failover, or a retain period that ends for many pods at
+   * once), not the server's own start (a JVM's class loading and compilation, the informer's first
+   * list) competing with it for the cores. Cold: the backlog is there when the server starts, as
+   * at a fleet's first roll-out.
    */
   private def podsweep(apis: BenchApi.Pool, zk: ZooKeeperBackend, size: Size, label: String,
-      keys: Map[String, String], raw: Option[Double], warm: Boolean): FrontierPoint = apis.use { api =>
+      keys: Map[String, String], raw: Option[Double], how: How): FrontierPoint = apis.use { api =>
+    val warm = how.warm
     val ns = s"drain-$label"
     val retainMs = if (warm) size.warmRetainMs else size.retainMs
     val reader = new DrainReader(api, label)
@@ -254,7 +269,7 @@ object DrainBench {
       backlogMade = Some(backlog(api, ns, size))
     }
     val idleSpan = reader.idle(size.idleMs)
-    BenchOut.progress(s"drain $label: starting a patched Kyuubi server (${if (warm) "before its backlog" else "on its backlog"})")
+    BenchOut.progress(s"drain $label: starting ${how.what} (${if (warm) "before its backlog" else "on its backlog"})")
     val conf = KyuubiServer.conf(Server, api, Seq(ns), retainMs, checkIntervalMs = size.checkIntervalMs) ++
       Map("kyuubi.ha.namespace" -> s"kyuubi-drain-$label") ++ zk.kyuubiConf ++ keys
     val logDir = Paths.get("target", "kyuubi-logs", "drain").toAbsolutePath.resolve(s"$label-${System.currentTimeMillis()}")
@@ -265,7 +280,14 @@ object DrainBench {
       try api.createPod(admin, ns, KyuubiPods.driver("spark-driver-seed", phase = "Pending")) finally admin.close()
     }
     val start = System.currentTimeMillis()
-    val server = new KyuubiServer(Server, KyuubiHome.Patched, conf, logDir, heapMb = 1024, onStart = cpu.follow)
+    val (server, serverLog, logFile): (FleetServer, () => Seq[String], java.nio.file.Path) = how match {
+      case DaemonWarm =>
+        val d = new PodsweepDaemon(Server, conf, logDir, onStart = cpu.follow)
+        (d, () => d.log, d.logFile)
+      case _ =>
+        val k = new KyuubiServer(Server, KyuubiHome.Patched, conf, logDir, heapMb = 1024, onStart = cpu.follow)
+        (k, () => k.log, k.logFile)
+    }
     try {
       val ready = System.currentTimeMillis()
       var leaderAt: Option[Long] = None
@@ -273,7 +295,7 @@ object DrainBench {
         if (leaderAt.isEmpty && server.isLeader(ns)) leaderAt = Some(System.currentTimeMillis())
         leaderAt.isDefined
       }(s"no leader yet")
-      require(leaderAt.isDefined, s"drain $label: $Server not leading $ns after 120 s (log: ${server.logFile})")
+      require(leaderAt.isDefined, s"drain $label: $Server not leading $ns after 120 s (log: $logFile)")
       // Warm: the backlog now, all of it due together once the retain period has passed.
       var dueAt: Option[Long] = None
       var trackedAtDue: Option[Long] = None
@@ -296,7 +318,7 @@ object DrainBench {
       val firstBy = dueAt.getOrElse(start) + 120000
       await(label, firstBy)(deletes(api, ns).nonEmpty)("no DELETE yet")
       val firstAt = deletes(api, ns).headOption.map(_.atMillis)
-        .getOrElse(throw new IllegalStateException(s"drain $label: no DELETE within 120 s (log: ${server.logFile})"))
+        .getOrElse(throw new IllegalStateException(s"drain $label: no DELETE within 120 s (log: $logFile)"))
       def deletedPods: Int = LagWorkload.deletedPods(deletes(api, ns)).size
       // The adaptive limit and the DELETEs in flight, as the scope reports them, while it drains.
       val limits = Vector.newBuilder[(Long, Long)]
@@ -308,7 +330,7 @@ object DrainBench {
       Thread.sleep(size.settleMs) // any DELETE that follows the last pod's (none expected)
       val status = server.status(ns)
       val outcomes = Phases.OutcomeClasses.map(c => c -> status.outcome(c)).toMap
-      val loud = server.log.count(l => l.matches("^\\S+ (WARN|ERROR) .*"))
+      val loud = serverLog().count(l => l.matches("^\\S+\\s+(WARN|ERROR) .*"))
       server.close()
       val end = System.currentTimeMillis()
       val all = deletes(api, ns)
@@ -327,7 +349,7 @@ object DrainBench {
       BenchOut.line("drain", (Seq(
         "system" -> "podsweep",
         "label" -> label,
-        "kind" -> KyuubiHome.Patched.label,
+        "kind" -> (if (how == DaemonWarm) s"podsweep daemon (${PodsweepDaemon.binary.map(_.getPath).getOrElse("?")})" else KyuubiHome.Patched.label),
         "start" -> (if (warm) "warm: the server led the namespace before its backlog was created; all pods due at once"
           else "cold: the backlog was there when the server started"),
         "pods" -> size.pods,

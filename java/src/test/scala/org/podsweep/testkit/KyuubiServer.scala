@@ -191,7 +191,7 @@ final class KyuubiServer(
     val started = new ProcessBuilder(cmd: _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logDir.resolve(s"$name.stderr").toFile))
       .start()
-    onStart(pidOf(started))
+    onStart(ProcessIds.of(started))
     started
   }
   private val replies = new LinkedBlockingQueue[String]()
@@ -217,9 +217,6 @@ final class KyuubiServer(
   @volatile private var ended = false
 
   def alive: Boolean = process.isAlive
-
-  /** `Process.pid()`, called by reflection: the test code is compiled for Java 8's API. */
-  private def pidOf(p: Process): Long = classOf[Process].getMethod("pid").invoke(p).asInstanceOf[java.lang.Long].longValue
 
   private def reply(prefix: String, timeoutMs: Long): String = {
     val line = replies.poll(timeoutMs, TimeUnit.MILLISECONDS)

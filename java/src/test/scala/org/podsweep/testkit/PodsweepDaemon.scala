@@ -19,6 +19,7 @@ import org.podsweep.ScopeStatus
  * @param env environment changes (a null value removes the variable), e.g. `KUBECONFIG`
  * @param wrap a command the daemon runs under (e.g. `unshare` for a private mount namespace)
  * @param logLevel `--log-level` (`debug`: one line per failed DELETE, with the Retry-After read)
+ * @param onStart called with the process id as soon as the process has started
  */
 final class PodsweepDaemon(
     val name: String,
@@ -26,7 +27,8 @@ final class PodsweepDaemon(
     logDir: Path,
     env: Map[String, String] = Map.empty,
     wrap: Seq[String] = Nil,
-    logLevel: String = "info") extends FleetServer {
+    logLevel: String = "info",
+    onStart: Long => Unit = _ => ()) extends FleetServer {
   val logFile: Path = logDir.resolve(s"$name.log")
 
   private val process: Process = {
@@ -41,7 +43,9 @@ final class PodsweepDaemon(
       "--listen", "127.0.0.1:0", "--log-level", logLevel)): _*)
       .redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile))
     env.foreach { case (k, v) => if (v == null) pb.environment().remove(k) else pb.environment().put(k, v) }
-    pb.start()
+    val started = pb.start()
+    onStart(ProcessIds.of(started))
+    started
   }
 
   /** The daemon's HTTP address, from its one stdout line. */
