@@ -18,7 +18,7 @@ import org.podsweep.testkit.{FleetServer, KyuubiHome, KyuubiPods, KyuubiServer, 
  * cleanup or the first roll-out of a fleet. One run drains the same backlog with each contender,
  * each on a fresh API server (one for all in the smoke pass), and draws the API server's own
  * frontier of drain rate against what the drain costs a neighbour (issue 35):
- *  1. a RAW client at each of [[Size.rawLevels]] (1, 2, 4, 8, 16, 32) DELETEs in flight: it lists
+ *  1. a RAW client at each of [[Size.rawLevels]] (1, 2, 3, 4, 6, 8, 16, 32) DELETEs in flight: it lists
  *     the pods and deletes them all, under a ServiceAccount of its own, nothing else. Its points
  *     draw the curve the others are held against (`of_raw`, and the summary line);
  *  2. podsweep at its DEFAULT pace (adaptive: the in-flight limit follows the API server's
@@ -83,14 +83,16 @@ object DrainBench {
       warmRetainMs: Long)
 
   /**
-   * 3,000 pods: with a fresh API server, the backlog, the reader's idle span and Kyuubi's start for
-   * each of the 8 contenders the whole run takes about 8 minutes on 2 cores, and even the fastest
-   * drain lasts several seconds (a few hundred of the reader's GETs, so its p99 is not one GET).
+   * 3,000 pods: with a fresh API server, the backlog, the reader's idle span and the server's start
+   * for each of the 12 contenders the whole run takes about 15 minutes on 2 cores, and even the
+   * fastest drain lasts several seconds (a few hundred of the reader's GETs, so its p99 is not one
+   * GET). The raw levels 3 and 6 measure the curve where podsweep's default lands (5 to 6 in
+   * flight on 2 cores), instead of interpolating across a doubling.
    */
   val Full = Size(
     pods = sys.env.get("PODSWEEP_BENCH_DRAIN_PODS").flatMap(s => scala.util.Try(s.trim.toInt).toOption).filter(_ > 0).getOrElse(3000),
     retainMs = 10000, checkIntervalMs = 1000, drainTimeoutMs = 15 * 60 * 1000L, createThreads = 8,
-    quietExtraMs = 3000, settleMs = 2000, idleMs = DrainReader.IdleMs, rawLevels = Seq(1, 2, 4, 8, 16, 32),
+    quietExtraMs = 3000, settleMs = 2000, idleMs = DrainReader.IdleMs, rawLevels = Seq(1, 2, 3, 4, 6, 8, 16, 32),
     warmRetainMs = 75000)
   val Smoke = Size(pods = 100, retainMs = 2000, checkIntervalMs = 1000, drainTimeoutMs = 60000, createThreads = 8,
     quietExtraMs = 1000, settleMs = 500, idleMs = 2000, rawLevels = Seq(1, 32), warmRetainMs = 20000)
