@@ -6,20 +6,25 @@
 //! 1. The neighbour: `NEIGHBOUR_LOOPS` clients under a ServiceAccount of their own, each GETting
 //!    one pod after the other, without pause (a closed-loop flood), classified by the API
 //!    server's built-in `service-accounts` FlowSchema to `workload-low`.
-//! 2. `with_flowschema` runs only: the chart's FlowSchema and PriorityLevelConfiguration at the
+//! 2. `with_flowschema` runs: the chart's FlowSchema and PriorityLevelConfiguration at the
 //!    chart's defaults, rendered by Helm (`templates/flowcontrol.yaml`) for podsweep's ServiceAccount
 //!    and applied as they are; the run waits until the API server classifies that account's
-//!    requests at the chart's level. `without` runs: podsweep's requests go to `workload-low`
-//!    beside the neighbour's.
+//!    requests at the chart's level. `with_small_level`: the same objects with the level rendered
+//!    small (`apf::SMALL_LEVEL`: 3 seats, one queue of one request), so that APF rejects what podsweep
+//!    sends beyond them (429 with `Retry-After`) and the line shows how podsweep answers that.
+//!    `without` runs: podsweep's requests go to `workload-low` beside the neighbour's.
 //! 3. `PODS` terminated driver pods, overdue; the neighbour floods alone for `IDLE` (its idle
 //!    figures), then podsweep (one self-watching engine, its default pace) drains them.
 //!
 //! Measured: the drain rate (accepted DELETEs over first to last, from the audit log), podsweep's
 //! 429s, the neighbour's p50 / p99 and rate alone and during the drain, the API server's
 //! `apiserver_flowcontrol_*` figures of podsweep's level over the drain (seats, dispatched,
-//! rejected, mean queue wait), and the API server's CPU seconds per deleted pod.
+//! rejected, mean queue wait), and the API server's CPU seconds per deleted pod; after 429s, the
+//! DELETEs the API server received within a second of one (podsweep honours `Retry-After`, at
+//! least 1 s from APF: none expected after the first 250 ms, which cover requests already on their
+//! way) and the pods sent again within their own 429's second.
 //! `--smoke`: 100 pods, one run of each. Full: 3,000 pods, `without` and `with_flowschema` twice,
-//! alternating.
+//! alternating, then `with_small_level`.
 
 #[path = "../tests/common/mod.rs"]
 #[allow(dead_code)]
@@ -60,14 +65,36 @@ fn main() {
     } else {
         (3000, Duration::from_secs(8))
     };
-    let plan: &[bool] = if smoke {
-        &[false, true]
+    use Run::{Chart, SmallLevel, Without};
+    let plan: &[Run] = if smoke {
+        &[Without, Chart, SmallLevel]
     } else {
-        &[false, true, false, true]
+        &[Without, Chart, Without, Chart, SmallLevel]
     };
-    for (i, with) in plan.iter().enumerate() {
-        let line = rt.block_on(run(i, *with, pods, idle));
+    for (i, kind) in plan.iter().enumerate() {
+        let line = rt.block_on(run(i, *kind, pods, idle));
         common::bench::line("apf", line);
+    }
+}
+
+/// What classifies podsweep's requests in a run.
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    /// No object of the chart's: the built-in `service-accounts` FlowSchema.
+    Without,
+    /// The chart's objects at its defaults.
+    Chart,
+    /// The chart's objects, the level rendered small (`apf::SMALL_LEVEL`).
+    SmallLevel,
+}
+
+impl Run {
+    fn label(self) -> &'static str {
+        match self {
+            Run::Without => "without",
+            Run::Chart => "with_flowschema",
+            Run::SmallLevel => "with_small_level",
+        }
     }
 }
 
@@ -81,8 +108,9 @@ fn level_name(with: bool) -> &'static str {
     }
 }
 
-async fn run(i: usize, with: bool, pods: usize, idle: Duration) -> Value {
-    let label = if with { "with_flowschema" } else { "without" };
+async fn run(i: usize, kind: Run, pods: usize, idle: Duration) -> Value {
+    let label = kind.label();
+    let with = kind != Run::Without;
     progress(&format!("apf run {i} ({label}): a fresh kube-apiserver"));
     let k = RealKube::fresh(&format!("podsweep-apf-bench-{i}-"));
     let admin = k.admin().await;
@@ -93,7 +121,12 @@ async fn run(i: usize, with: bool, pods: usize, idle: Duration) -> Value {
     k.running_pod(NEIGHBOUR_NS, "probe", &[], &[]).await;
     let mut chart = Value::Null;
     if with {
-        let docs = apf::render(ACCOUNT, &[NS], &[]);
+        let sets: &[&str] = if kind == Run::SmallLevel {
+            apf::SMALL_LEVEL
+        } else {
+            &[]
+        };
+        let docs = apf::render(ACCOUNT, &[NS], sets);
         let uids = apf::apply(&admin, &docs).await;
         let level = uids
             .get("PriorityLevelConfiguration")
@@ -198,6 +231,15 @@ async fn run(i: usize, with: bool, pods: usize, idle: Duration) -> Value {
         (Some(a), Some(b)) if a > 0.0 => Value::from((b / a * 100.0).round() / 100.0),
         _ => Value::Null,
     };
+    // After a 429: DELETEs received within its second (past the first 250 ms, requests already on
+    // their way), and pods sent again within their own 429's second.
+    let mine_owned: Vec<apf::TimedDelete> = mine.iter().map(|d| (*d).clone()).collect();
+    let window = Duration::from_millis(950);
+    let hot = apf::sent_during_retry_after(&mine_owned, window, Duration::from_millis(250));
+    let retried_hot = apf::sent_during_retry_after(&mine_owned, window, Duration::ZERO)
+        .into_iter()
+        .filter(|(rejected, late, _, _)| rejected == late)
+        .count();
     let cpu = match (cpu_before, cpu_after) {
         (Some(b), Some(a)) if !ok.is_empty() => {
             Value::from(((a - b) / ok.len() as f64 * 1e6).round() / 1e3)
@@ -213,6 +255,9 @@ async fn run(i: usize, with: bool, pods: usize, idle: Duration) -> Value {
             "delete_requests": mine.len(),
             "accepted": ok.len(),
             "answered_429": mine.iter().filter(|d| d.code == 429).count(),
+            "sent_within_1s_of_a_429_after_250ms": hot.len(),
+            "pods_sent_again_within_1s_of_their_429": retried_hot,
+            "status_throttled": st["outcomes"]["throttled"],
             "first_to_last_s": (span * 100.0).round() / 100.0,
             "deletes_per_s": (ok.len() as f64 / span * 10.0).round() / 10.0,
             "inflight_limit_at_end": st["inflight_limit"],

@@ -26,15 +26,6 @@ const NS: &str = "apf-drain";
 const NEIGHBOUR_NS: &str = "apf-neighbour";
 const PODS: usize = 120;
 
-/// The level rendered small: ceil(600 x 1 / 246) = 3 seats of the API server's default 600, one
-/// queue holding one request: a burst of more than 4 DELETEs meets 429s.
-const SMALL_LEVEL: &[&str] = &[
-    "apf.priorityLevel.nominalConcurrencyShares=1",
-    "apf.priorityLevel.queues=1",
-    "apf.priorityLevel.handSize=1",
-    "apf.priorityLevel.queueLengthLimit=1",
-];
-
 /// The priority level the API server names in its answer to one GET of `pod` by `client`.
 async fn level_of(client: &kube::Client, ns: &str, pod: &str) -> String {
     let req = http::Request::get(format!("/api/v1/namespaces/{ns}/pods/{pod}"))
@@ -64,7 +55,7 @@ async fn the_charts_flow_schema_queues_podsweep_apart_and_podsweep_honours_retry
     k.running_pod(NS, "running-driver", &[], &[]).await;
 
     // The chart's objects, exactly as Helm renders them.
-    let docs = apf::render(ACCOUNT, &[NS], SMALL_LEVEL);
+    let docs = apf::render(ACCOUNT, &[NS], apf::SMALL_LEVEL);
     let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(
         kinds,

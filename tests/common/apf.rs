@@ -21,6 +21,15 @@ use super::real_kube::{RealKube, SERVERS_NS};
 /// The Helm release the chart is rendered as: its FlowSchema and level are named after it.
 pub const RELEASE: &str = "podsweep";
 
+/// The chart's level rendered small: ceil(600 x 1 / 246) = 3 seats of the API server's default
+/// 600, one queue holding one request: a burst of more than 4 DELETEs meets 429s.
+pub const SMALL_LEVEL: &[&str] = &[
+    "apf.priorityLevel.nominalConcurrencyShares=1",
+    "apf.priorityLevel.queues=1",
+    "apf.priorityLevel.handSize=1",
+    "apf.priorityLevel.queueLengthLimit=1",
+];
+
 /// Helm: `PODSWEEP_HELM`, else the tool cache's (`scripts/setup helm`).
 pub fn helm() -> PathBuf {
     if let Some(h) = std::env::var_os("PODSWEEP_HELM") {

@@ -52,7 +52,8 @@ class DrainFrontierSuite extends AnyFunSuite {
     assert(v(0)._2 == Map("kyuubi.kubernetes.spark.cleanupTerminatedDriverPod.rateLimit.qps" -> "100"))
     assert(v(1)._2("kyuubi.ha.x") == "y")
     assert(DrainBench.variants("").isEmpty)
-    for (bad <- Seq("noColon", "Upper:maxInFlight=1", "podsweep-default:maxInFlight=1", "x:novalue"))
+    val reserved = Seq(DrainBench.DefaultLabel, DrainBench.PatchedLabel, DrainBench.ColdLabel).map(l => s"$l:maxInFlight=1")
+    for (bad <- Seq("noColon", "Upper:maxInFlight=1", "x:novalue") ++ reserved)
       assert(intercept[IllegalArgumentException](DrainBench.variants(bad)).getMessage.contains(DrainBench.VariantsEnv), bad)
   }
 }
