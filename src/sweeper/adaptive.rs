@@ -287,6 +287,27 @@ mod tests {
         service.mul_f64(jitter * (l as f64 / c as f64).max(1.0))
     }
 
+    /// `n` accepted answers from a server saturated as [`saturated`] says, each with the limit
+    /// in flight; the limit before each answer.
+    fn drive(
+        p: &mut Pace,
+        now: &mut Instant,
+        seed: &mut u64,
+        n: usize,
+        c: usize,
+        service: Duration,
+    ) -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                let l = p.limit();
+                let rtt = saturated(c, service, l, seed);
+                *now += rtt / l as u32;
+                p.answered(&ok(), rtt, l, *now);
+                l
+            })
+            .collect()
+    }
+
     /// A saturated API server (issue 35): it serves `C` DELETEs at a time in `S` each, so with
     /// `L` in flight an answer takes `S * max(1, L / C)`, and more than `C` in flight only queues.
     /// The rate is held from `C` on; the limit must settle there, not queue everything it may.
@@ -298,16 +319,7 @@ mod tests {
             let mut p = Pace::new(true, 64);
             let mut now = Instant::now();
             let mut seed = 7;
-            let mut seen = Vec::new();
-            for i in 0..3000 {
-                let l = p.limit();
-                let rtt = saturated(c, service, l, &mut seed);
-                now += rtt / l as u32;
-                p.answered(&ok(), rtt, l, now);
-                if i >= 2000 {
-                    seen.push(l);
-                }
-            }
+            let seen = drive(&mut p, &mut now, &mut seed, 3000, c, service).split_off(2000);
             let (lo, hi) = (seen.iter().min().copied(), seen.iter().max().copied());
             // The rate is held (at least the knee), with at most QUEUE_HIGH + 1 queued.
             assert!(
@@ -324,24 +336,15 @@ mod tests {
         let mut p = Pace::new(true, 64);
         let mut now = Instant::now();
         let mut seed = 3;
-        for _ in 0..1000 {
-            let l = p.limit();
-            let rtt = saturated(4, Duration::from_millis(10), l, &mut seed);
-            now += rtt / l as u32;
-            p.answered(&ok(), rtt, l, now);
-        }
+        let ten = Duration::from_millis(10);
+        drive(&mut p, &mut now, &mut seed, 1000, 4, ten);
         let settled = p.limit();
         for class in [OutcomeClass::AlreadyAbsent, OutcomeClass::Replaced] {
             let nothing = answer(class, 404, false);
             feed(&mut p, &mut now, 200, &nothing, Duration::from_millis(1));
         }
         assert_eq!(p.limit(), settled);
-        for _ in 0..500 {
-            let l = p.limit();
-            let rtt = saturated(4, Duration::from_millis(10), l, &mut seed);
-            now += rtt / l as u32;
-            p.answered(&ok(), rtt, l, now);
-        }
+        drive(&mut p, &mut now, &mut seed, 500, 4, ten);
         assert!(p.limit() >= 4, "{} after 404s at 1 ms", p.limit());
     }
 
@@ -371,12 +374,14 @@ mod tests {
         feed(&mut p, &mut now, 300, &ok(), Duration::from_millis(2));
         now += BURST_GAP;
         let mut seed = 11;
-        for _ in 0..1000 {
-            let l = p.limit();
-            let rtt = saturated(8, Duration::from_millis(40), l, &mut seed);
-            now += rtt / l as u32;
-            p.answered(&ok(), rtt, l, now);
-        }
+        drive(
+            &mut p,
+            &mut now,
+            &mut seed,
+            1000,
+            8,
+            Duration::from_millis(40),
+        );
         assert!(p.limit() >= 8, "{} with a floor of 2 ms kept", p.limit());
     }
 }

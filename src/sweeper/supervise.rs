@@ -3,6 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -166,8 +167,29 @@ async fn supervise(mut sweeper: Sweeper, mut rx: mpsc::UnboundedReceiver<Command
     sweeper.shutdown().await;
 }
 
+/// How long a closing scope waits for the answers of the DELETEs it already sent before it
+/// drops them and gives up leadership.
+pub(super) const SHUTDOWN_ANSWERS_WAIT: Duration = Duration::from_secs(2);
+
 impl Sweeper {
     async fn shutdown(mut self) {
+        // Nothing new leaves (`dispatch` sends nothing without a deleter), but the DELETEs already
+        // sent are answered, reported and recorded before leadership goes: dropping one loses its
+        // answer, not the request, which the API server may still carry out (answered 504 to a
+        // client that left) while the successor, not knowing, sends the pod again. Each DELETE
+        // stays within the lease (`within_lease`), so a lost leadership ends them anyway.
+        self.deleter = None;
+        let wait = tokio::time::sleep(SHUTDOWN_ANSWERS_WAIT);
+        tokio::pin!(wait);
+        while !self.inflight.is_empty() {
+            tokio::select! {
+                done = self.inflight.join_next_with_id() => match done {
+                    Some(done) => self.on_done(done),
+                    None => break,
+                },
+                _ = &mut wait => break,
+            }
+        }
         self.inflight.abort_all();
         while self.inflight.join_next().await.is_some() {}
         self.metrics.leader.store(0, Relaxed);
