@@ -285,16 +285,19 @@ impl PodDeleter for Gated {
     }
 }
 
-/// Issue 25 §6: `oldest_overdue_ms` (the stalled-leader alerts read it) measures the pods past
-/// their deadline, those whose DELETE is in flight or in backoff included, and reads 0 once the
-/// last one is deleted. Before the fix the probe skipped an empty tracker, so the age of the last
-/// overdue pod it had seen stayed in the gauge for good: an idle scope with no DELETE for 10
-/// minutes then read as a stalled leader.
-#[tokio::test(start_paused = true)]
-async fn the_oldest_overdue_age_goes_back_to_zero_once_the_last_pod_is_deleted() {
+/// A scope task of namespace `ns` (kind ALL, retain 1 s) that leads for ten hours, its DELETEs
+/// held at the returned gate until the test lets them through (one permit each).
+async fn gated_scope(
+    ns: &str,
+) -> (
+    ScopeHandle,
+    Arc<tokio::sync::Semaphore>,
+    Arc<ScopeMetrics>,
+    Duration,
+) {
     let signals = Arc::new(Mutex::new(Vec::new()));
     let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
-    let scope = Scope::new(None, Some("overdue"));
+    let scope = Scope::new(None, Some(ns));
     let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
     tokio::task::yield_now().await;
     let signal = signals.lock().unwrap()[0].clone();
@@ -318,6 +321,17 @@ async fn the_oldest_overdue_age_goes_back_to_zero_once_the_last_pod_is_deleted()
         Box::new(|_| false),
         metrics.clone(),
     );
+    (h, gate, metrics, probe)
+}
+
+/// Issue 25 §6: `oldest_overdue_ms` (the stalled-leader alerts read it) measures the pods past
+/// their deadline, those whose DELETE is in flight or in backoff included, and reads 0 once the
+/// last one is deleted. Before the fix the probe skipped an empty tracker, so the age of the last
+/// overdue pod it had seen stayed in the gauge for good: an idle scope with no DELETE for 10
+/// minutes then read as a stalled leader.
+#[tokio::test(start_paused = true)]
+async fn the_oldest_overdue_age_goes_back_to_zero_once_the_last_pod_is_deleted() {
+    let (h, gate, metrics, probe) = gated_scope("overdue").await;
     let obs = Observation {
         kind: EventKind::Update,
         tag: "t".into(),
@@ -551,31 +565,7 @@ async fn a_delete_dropped_unanswered_whose_pod_stays_is_sent_again_after_the_hol
 #[tokio::test(start_paused = true)]
 async fn a_closing_scope_waits_for_the_answers_of_the_deletes_it_sent() {
     for answered in [true, false] {
-        let signals = Arc::new(Mutex::new(Vec::new()));
-        let backend: Arc<dyn Backend> = Arc::new(Manual(signals.clone()));
-        let scope = Scope::new(None, Some("closing"));
-        let election = ElectionHandle::start(&backend, scope.clone(), "me".into());
-        tokio::task::yield_now().await;
-        let signal = signals.lock().unwrap()[0].clone();
-        signal.lead_until(Instant::now() + Duration::from_secs(36_000), "won");
-        let cfg = SweeperConfig::new(CleanupKind::All, Duration::from_secs(1));
-        let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let deleter: Arc<dyn PodDeleter> = Arc::new(Gated(gate.clone()));
-        let source: DeleterSource = Arc::new(move |_| {
-            let d = deleter.clone();
-            Box::pin(async move { Ok(d) })
-        });
-        let metrics: Arc<ScopeMetrics> = Arc::default();
-        let h = spawn(
-            scope,
-            1,
-            cfg,
-            Clock::System,
-            election,
-            source,
-            Box::new(|_| false),
-            metrics.clone(),
-        );
+        let (h, gate, metrics, _) = gated_scope("closing").await;
         for i in 0..2 {
             h.tx.send(Command::Observe(Observation {
                 kind: EventKind::Update,
