@@ -58,6 +58,21 @@ async fn manual_sweeper(ns: &str) -> (Sweeper, LeaderSignal) {
     (sw, signal)
 }
 
+/// Driver pod `driver-<i>`, finished an hour ago: overdue under any short retain period.
+fn finished_long_ago(i: usize) -> Observation {
+    Observation {
+        kind: EventKind::Update,
+        tag: format!("t{i}"),
+        pod_name: format!("driver-{i}"),
+        pod_uid: format!("u-{i}"),
+        state: AppState::Finished,
+        has_app_selector: true,
+        terminated_at: Some(SystemTime::now() - Duration::from_secs(3600)),
+        deletion_requested: false,
+        annotations: None,
+    }
+}
+
 /// Never answers: a DELETE stays in flight.
 struct Silent;
 
@@ -218,20 +233,8 @@ async fn after_a_retry_after_pause_the_scope_resumes_gently_and_loses_nothing() 
         Box::new(|_| false),
         metrics.clone(),
     );
-    let long_ago = SystemTime::now() - Duration::from_secs(3600);
     for i in 0..16 {
-        let obs = Observation {
-            kind: EventKind::Update,
-            tag: format!("t{i}"),
-            pod_name: format!("driver-{i}"),
-            pod_uid: format!("u-{i}"),
-            state: AppState::Finished,
-            has_app_selector: true,
-            terminated_at: Some(long_ago),
-            deletion_requested: false,
-            annotations: None,
-        };
-        h.tx.send(Command::Observe(obs)).unwrap();
+        h.tx.send(Command::Observe(finished_long_ago(i))).unwrap();
     }
     // The first burst meets the server's two seats: 14 rejected, the scope paused.
     let mut saw_pause = false;
@@ -567,18 +570,7 @@ async fn a_closing_scope_waits_for_the_answers_of_the_deletes_it_sent() {
     for answered in [true, false] {
         let (h, gate, metrics, _) = gated_scope("closing").await;
         for i in 0..2 {
-            h.tx.send(Command::Observe(Observation {
-                kind: EventKind::Update,
-                tag: format!("t{i}"),
-                pod_name: format!("driver-{i}"),
-                pod_uid: format!("u-{i}"),
-                state: AppState::Finished,
-                has_app_selector: true,
-                terminated_at: Some(SystemTime::now() - Duration::from_secs(3600)),
-                deletion_requested: false,
-                annotations: None,
-            }))
-            .unwrap();
+            h.tx.send(Command::Observe(finished_long_ago(i))).unwrap();
         }
         // The pods' DELETEs leave (as many as the scope's pace lets through at once) and wait at
         // the gate; the other pod stays due.
