@@ -10,6 +10,7 @@
 //! * kube-rs's own retry layer is turned off for the client used here (see `kube_client`), so a
 //!   429 or 503 reaches the classifier instead of being hidden behind retries.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use kube::core::params::{DeleteParams, Preconditions};
 use kube::core::Request;
+use serde::Deserialize;
 
 /// What became of one DELETE.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -443,13 +445,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// Classifies an HTTP answer to a DELETE.
 pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -> Outcome {
     let code = status.as_u16();
-    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-    let field = |name: &str| -> String {
-        parsed
-            .as_ref()
-            .filter(|v| v.get("kind").and_then(|k| k.as_str()) == Some("Status"))
-            .and_then(|v| v.get(name))
-            .and_then(|v| v.as_str())
+    // Read as the few fields podsweep uses: a 200's body (the whole deleted pod) is scanned, not
+    // built into a tree. A body that is not JSON, or whose fields have other types, reads as none.
+    let parsed: AnswerBody = serde_json::from_slice(body).unwrap_or_default();
+    let is_status = parsed.kind.as_deref() == Some("Status");
+    let field = |v: &Option<Cow<str>>| -> String {
+        v.as_deref()
+            .filter(|_| is_status)
             .unwrap_or_default()
             .to_owned()
     };
@@ -462,20 +464,19 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -
         500..=599 => OutcomeClass::ServerError,
         _ => OutcomeClass::Other,
     };
-    let mut message = field("message");
+    let mut message = field(&parsed.message);
     if message.is_empty() && !status.is_success() {
         message = String::from_utf8_lossy(&body[..body.len().min(512)])
             .trim()
             .to_owned();
     }
-    let mut reason = field("reason");
+    let mut reason = field(&parsed.reason);
     if reason.is_empty() && !status.is_success() {
         reason = status.canonical_reason().unwrap_or_default().to_owned();
     }
     let details_retry = parsed
-        .as_ref()
-        .and_then(|v| v.pointer("/details/retryAfterSeconds"))
-        .and_then(|v| v.as_u64())
+        .details
+        .and_then(|d| d.retry_after_seconds)
         .map(Duration::from_secs);
     let retry_after = headers
         .get(http::header::RETRY_AFTER)
@@ -491,6 +492,26 @@ pub fn classify_response(status: StatusCode, headers: &HeaderMap, body: &[u8]) -
         retry_after,
         flow: flow_of(headers),
     }
+}
+
+/// What podsweep reads of an answer's body: a `Status`'s reason and message, and the retry hint
+/// in its details. Every other field is skipped unread.
+#[derive(Default, Deserialize)]
+struct AnswerBody<'a> {
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+    #[serde(default)]
+    details: Option<AnswerDetails>,
+}
+
+#[derive(Deserialize)]
+struct AnswerDetails {
+    #[serde(rename = "retryAfterSeconds", default)]
+    retry_after_seconds: Option<u64>,
 }
 
 /// The longest wait a server's `Retry-After` (header or `retryAfterSeconds`) can impose: ten
@@ -646,6 +667,41 @@ mod tests {
             classify_response(StatusCode::OK, &HeaderMap::new(), b"{}").flow,
             None
         );
+    }
+
+    #[test]
+    fn only_a_status_body_gives_a_reason_and_message() {
+        // A 200 carries the deleted pod: nothing of it is read as a reason or message, even
+        // where the pod has fields of those names.
+        let pod = serde_json::to_vec(&serde_json::json!({
+            "kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "p", "uid": "u", "labels": {"kyuubi-unique-tag": "t"}},
+            "status": {"phase": "Succeeded", "reason": "Completed", "message": "done",
+                "conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        let out = classify_response(StatusCode::OK, &HeaderMap::new(), &pod);
+        assert_eq!(out.class, OutcomeClass::Accepted);
+        assert_eq!((out.reason.as_str(), out.message.as_str()), ("", ""));
+        assert_eq!(out.retry_after, None);
+        // A Status with fields of other types, or a body that is not JSON: the HTTP reason and
+        // the body's text, as for any answer without a readable Status.
+        for body in [
+            &br#"{"kind":"Status","reason":7,"message":["m"]}"#[..],
+            &b"upstream connect error"[..],
+        ] {
+            let out = classify_response(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new(), body);
+            assert_eq!(out.class, OutcomeClass::ServerError);
+            assert_eq!(out.reason, "Service Unavailable");
+            assert_eq!(out.message, String::from_utf8_lossy(body));
+        }
+        // An escaped message is read whole.
+        let out = classify_response(
+            StatusCode::FORBIDDEN,
+            &HeaderMap::new(),
+            br#"{"kind":"Status","reason":"Forbidden","message":"pods \"p\" is forbidden"}"#,
+        );
+        assert_eq!(out.message, r#"pods "p" is forbidden"#);
     }
 
     #[test]

@@ -232,20 +232,21 @@ final class PodsApi(realDeletes: Boolean = true, kubeletConfirmMs: Long = 2000L)
           }
           record(code, fault)
           reply(ex, code, json)
+        // A change and its record are one step under the lock: whoever sees the change (a GET,
+        // a watch event) finds the request that made it recorded.
         case ("POST", None, None) =>
-          val (code, json) = create(ns, serde.unmarshal(body, classOf[Pod]))
-          record(code, fault)
+          val pod = serde.unmarshal(body, classOf[Pod])
+          val (code, json) = lock.synchronized { val r = create(ns, pod); record(r._1, fault); r }
           reply(ex, code, json)
         case ("PUT", Some(p), Some("status")) =>
-          val (code, json) = updateStatus(ns, p, serde.unmarshal(body, classOf[Pod]))
-          record(code, fault)
+          val pod = serde.unmarshal(body, classOf[Pod])
+          val (code, json) = lock.synchronized { val r = updateStatus(ns, p, pod); record(r._1, fault); r }
           reply(ex, code, json)
         case ("DELETE", Some(p), None) =>
           val options = if (body.trim.isEmpty) None else Some(serde.unmarshal(body, classOf[DeleteOptions]))
           val uid = options.flatMap(o => Option(o.getPreconditions)).flatMap(pc => Option(pc.getUid))
           val grace = options.flatMap(o => Option(o.getGracePeriodSeconds)).map(_.longValue)
-          val (code, json) = delete(ns, p, uid, grace)
-          record(code, fault)
+          val (code, json) = lock.synchronized { val r = delete(ns, p, uid, grace); record(r._1, fault); r }
           reply(ex, code, json)
         case _ =>
           record(405, fault)
