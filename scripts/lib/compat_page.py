@@ -107,10 +107,16 @@ def result(line):
         return "passed" if len(runs) == 1 else f"passed ({len(runs)} runs)"
     if len(runs) == 1:
         return "FAILED"
-    # A failure stays on the page for good; the runs after the last one say whether it came back.
-    since = len(runs) - 1 - max(i for i, l in enumerate(runs) if not l.get("pass"))
+    since = passed_since(runs)
     after = f"; the {since} newest passed, from commit {commit(runs[-since])}" if since > 0 else ""
     return f"FAILED ({len(failed)} of {len(runs)} runs{after})"
+
+
+def passed_since(runs):
+    """How many of a cell's runs (oldest first) passed after its last failed one. A failure stays
+    on the page for good; the runs after the last one say whether it came back."""
+    failed_at = [i for i, l in enumerate(runs) if not l.get("pass")]
+    return len(runs) - 1 - max(failed_at) if failed_at else len(runs)
 
 
 def commit(line):
@@ -135,8 +141,23 @@ def status_of(cells, pred):
     commits = sorted({commit(l) for l in ran})
     def cells_n(n):
         return f"{n} run" if n == 1 else f"{n} runs"
-    word = f"FAILED ({len(failed)} of {cells_n(len(ran))})" if failed else f"passed ({cells_n(len(ran))})"
+    word = f"FAILED ({len(failed)} of {cells_n(len(ran))}{newest_of(cells, pred)})" if failed \
+        else f"passed ({cells_n(len(ran))})"
     return f"{word}, {', '.join(dates)}, commit {', '.join(commits)}"
+
+
+def newest_of(cells, pred):
+    """For a summary row with failed runs: whether each failing cell's newest runs passed since."""
+    failing = [(c, runs_of(l)) for c, l in sorted(cells.items()) if pred(c) and l is not None
+               and any(not r.get("pass") for r in runs_of(l))]
+    still = [cell_name(c) for c, runs in failing if passed_since(runs) == 0]
+    if still:
+        return f"; the newest run failed: {', '.join(still)}"
+    if len(failing) == 1:
+        runs = failing[0][1]
+        n = passed_since(runs)
+        return f"; the {n} newest passed, from commit {commit(runs[-n])}"
+    return "; each failing cell's newest runs passed since (the cells below say from which commit)"
 
 
 def fmt_failover(l):
