@@ -206,7 +206,7 @@ def daemon(page: Page):
                 "sidecar: Kyuubi's pod gets podsweep beside kyuubi-server, liveness /livez, no readiness probe (Kyuubi's "
                 "Service never waits on cleanup health), told the namespace; Kyuubi's own cleaner off", str(c))
         role = p.kube.request("GET", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{KYUUBI_NS}/roles/kyuubi-podsweep")[0]
-        t.check(role == 200 and p.kube.can(f"system:serviceaccount:{KYUUBI_NS}:kyuubi", "watch", "pods", KYUUBI_NS),
+        t.check(role == 200 and p.kube.can_soon(f"system:serviceaccount:{KYUUBI_NS}:kyuubi", "watch", "pods", KYUUBI_NS),
                 "podsweep-rbac.yaml: Kyuubi's ServiceAccount may watch pods, in a Role of its own")
 
     page.run_blocks({"daemon-install": (None, install), "daemon-by-hand": (None, by_hand),

@@ -111,6 +111,16 @@ class Kube:
         out = self.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
         return bool(out["status"].get("allowed"))
 
+    def can_soon(self, user, verb, resource, namespace="", group="", name="", timeout=15):
+        """can(), for a permission whose Role or binding was just written: the API server's RBAC
+        authorizer learns of them through its own watch, a moment after the write is answered.
+        True once a review allows it; False when none did within `timeout` s."""
+        try:
+            return wait(f"{user} may {verb} {resource}", timeout,
+                        lambda: self.can(user, verb, resource, namespace, group, name), every=0.1)
+        except KubeError:
+            return False
+
     def sa_token(self, namespace, name, seconds=3600):
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                 "spec": {"expirationSeconds": seconds}}

@@ -246,8 +246,8 @@ def main():
             rb[1]["subjects"][0]["namespace"] = ns
             apply_all(kube, rb, ns, variant + ": podsweep-rbac.yaml")
             sa = f"system:serviceaccount:{ns}:kyuubi"
-            check(kube.can(sa, "watch", "pods", ns) and kube.can(sa, "get", "configmaps", ns, name="kube-root-ca.crt")
-                  and kube.can(sa, "create", "pods", ns),
+            check(kube.can_soon(sa, "watch", "pods", ns) and kube.can_soon(sa, "get", "configmaps", ns, name="kube-root-ca.crt")
+                  and kube.can_soon(sa, "create", "pods", ns),
                   f"{variant}: Kyuubi's ServiceAccount may watch pods and get kube-root-ca.crt (podsweep-rbac.yaml) and "
                   "create pods (Kyuubi's own Role)")
         copy_jars_for_real(env, version, image, work)
