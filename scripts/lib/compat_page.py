@@ -148,8 +148,8 @@ def status_of(cells, pred):
 
 def newest_of(cells, pred):
     """For a summary row with failed runs: whether each failing cell's newest runs passed since."""
-    failing = [(c, runs_of(l)) for c, l in sorted(cells.items()) if pred(c) and l is not None
-               and any(not r.get("pass") for r in runs_of(l))]
+    ran = [(c, runs_of(l)) for c, l in sorted(cells.items()) if pred(c) and l is not None]
+    failing = [(c, runs) for c, runs in ran if any(not r.get("pass") for r in runs)]
     still = [cell_name(c) for c, runs in failing if passed_since(runs) == 0]
     if still:
         return f"; the newest run failed: {', '.join(still)}"

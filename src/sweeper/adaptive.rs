@@ -374,14 +374,8 @@ mod tests {
         feed(&mut p, &mut now, 300, &ok(), Duration::from_millis(2));
         now += BURST_GAP;
         let mut seed = 11;
-        drive(
-            &mut p,
-            &mut now,
-            &mut seed,
-            1000,
-            8,
-            Duration::from_millis(40),
-        );
+        let forty = Duration::from_millis(40);
+        drive(&mut p, &mut now, &mut seed, 1000, 8, forty);
         assert!(p.limit() >= 8, "{} with a floor of 2 ms kept", p.limit());
     }
 }
